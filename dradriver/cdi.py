@@ -1,0 +1,56 @@
+"""CDI 1.1.0 specs: built as pure data, written atomically, one file per claim and type."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dradriver import naming
+from dradriver.atomicfile import remove_durably, write_atomic
+
+CDI_VERSION = "1.1.0"
+
+
+def qualified_id(driver: str, device_type: str, name: str) -> str:
+    """The fully qualified CDI device ID `vendor/class=name`."""
+    return f"{naming.cdi_kind(driver, device_type)}={name}"
+
+
+def build_spec(
+    driver: str, device_type: str, devices: Sequence[tuple[str, Mapping[str, Any]]]
+) -> dict[str, Any]:
+    """A CDI spec of kind `<driver>/<type>` holding (device name, containerEdits) pairs."""
+    for name, edits in devices:
+        if not any(edits.values()):
+            raise ValueError(f"CDI device {name} has empty containerEdits")
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": naming.cdi_kind(driver, device_type),
+        "devices": [{"name": name, "containerEdits": dict(edits)} for name, edits in devices],
+    }
+
+
+def spec_path(cdi_dir: Path, driver: str, device_type: str, claim_uid: str) -> Path:
+    """Where the spec of one claim's devices of one type lives."""
+    return cdi_dir / naming.cdi_spec_filename(driver, device_type, claim_uid)
+
+
+def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
+    """Write a spec atomically (readers never see a partial file)."""
+    write_atomic(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n")
+
+
+def remove_claim_specs(cdi_dir: Path, driver: str, claim_uid: str) -> list[Path]:
+    """Delete every spec file of one claim; return the ones that existed."""
+    return [p for p in cdi_dir.glob(f"{driver}-*_{claim_uid}.json") if remove_durably(p)]
+
+
+def claim_uid_of(path: Path, driver: str) -> str | None:
+    """The claim UID in one of our spec file names, or None for someone else's file."""
+    name = path.name
+    if not (name.startswith(f"{driver}-") and name.endswith(".json") and "_" in name):
+        return None
+    uid = name[: -len(".json")].rsplit("_", 1)[1]
+    return uid if naming.is_claim_uid(uid) else None

@@ -1,0 +1,159 @@
+"""The opaque claim config: JSON Schema assembled from the handlers, defaults, validation."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import ValidationError
+
+from dradriver.errors import ConfigError
+from dradriver.hookspecs import VIRTUAL_KIND, Device
+from dradriver.registry import HandlerRegistry
+
+SCHEMA_ID = "https://github.com/dra-driver/dra-driver/config.schema.json"
+
+# Config used when a request has none, by the published kind of the allocated device.
+DEVICE_DEFAULTS: dict[str, tuple[str, str]] = {
+    VIRTUAL_KIND: ("netdev", "veth"),
+    "host-device": ("netdev", "host-device"),
+    "sriov-vf": ("netdev", "sriov-vf"),
+    "uverbs": ("rdma", "uverbs"),
+}
+# Kind used when a config names its type but no kind and the device suggests none.
+TYPE_DEFAULT_KINDS = {"netdev": "veth", "rdma": "uverbs", "combo": "roce"}
+
+FORMATS = FormatChecker()
+
+
+@FORMATS.checks("cidr", raises=ValueError)
+def _is_cidr(value: object) -> bool:
+    """An interface address with prefix length, e.g. 10.0.0.2/24 or fd00::2/64."""
+    if not isinstance(value, str) or "/" not in value:
+        raise ValueError("must be an address with a prefix length, e.g. 10.0.0.2/24")
+    ipaddress.ip_interface(value)
+    return True
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A validated config: its type, kind and the type's object with defaults filled."""
+
+    type: str
+    kind: str
+    config: Mapping[str, Any]
+
+
+class ConfigSchema:
+    """Validates opaque parameters against the schema of every registered handler."""
+
+    def __init__(self, registry: HandlerRegistry, driver_name: str) -> None:
+        """Assemble the schema from the handlers' fragments."""
+        self.schema = _build_schema(registry, driver_name)
+        self._validator = Draft202012Validator(self.schema, format_checker=FORMATS)
+
+    def issues(self, parameters: object) -> list[tuple[str, str]]:
+        """Every (JSON path, reason) the schema finds in `parameters`, sorted by path."""
+        found: list[tuple[str, str]] = []
+        for error in self._validator.iter_errors(parameters):
+            found.extend(_describe(error))
+        return sorted(set(found))
+
+    def resolve(self, parameters: object, device: Device | None) -> ResolvedConfig:
+        """Fill defaults for `device` (None: the virtual device) and validate; raise ConfigError."""
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):
+            raise ConfigError("opaque parameters must be a JSON object", "$")
+        params = copy.deepcopy(parameters)
+        default_type, default_kind = DEVICE_DEFAULTS.get(
+            device.kind if device else VIRTUAL_KIND, (None, None)
+        )
+        if "type" not in params:
+            if default_type is None:
+                raise ConfigError(
+                    f"required: device {device.name if device else '?'} has no default config",
+                    "$.type",
+                )
+            params["type"] = default_type
+        type_ = params["type"]
+        if isinstance(type_, str) and isinstance(params.setdefault(type_, {}), dict):
+            kind = default_kind if type_ == default_type else TYPE_DEFAULT_KINDS.get(type_)
+            if kind is not None:
+                params[type_].setdefault("kind", kind)
+        issues = self.issues(params)
+        if issues:
+            raise ConfigError.many(issues)
+        return ResolvedConfig(type_, params[type_]["kind"], params[type_])
+
+    def dumps(self) -> str:
+        """The schema as indented JSON (what `dra-driver schema` prints)."""
+        return json.dumps(self.schema, indent=2, sort_keys=True)
+
+
+def _build_schema(registry: HandlerRegistry, driver_name: str) -> dict[str, Any]:
+    types = registry.kinds()
+    properties: dict[str, Any] = {
+        "type": {"enum": sorted(types), "description": "device family; picks the handler"}
+    }
+    all_of: list[dict[str, Any]] = []
+    for type_, kinds in types.items():
+        per_kind = [
+            {
+                "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+                "then": dict(registry.get(type_, kind).schema(kind)),
+            }
+            for kind in kinds
+        ]
+        properties[type_] = {
+            "type": "object",
+            "description": f"config of a {type_} device; fields depend on kind",
+            "properties": {"kind": {"enum": kinds}},
+            "allOf": per_kind,
+        }
+        all_of.append(
+            {
+                "if": {"properties": {"type": {"const": type_}}, "required": ["type"]},
+                "then": {"required": [type_]},
+            }
+        )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": f"Opaque device configuration of the {driver_name} DRA driver",
+        "description": (
+            f"`parameters` of a DeviceClass or ResourceClaim opaque config with driver "
+            f"{driver_name}. A request without config gets the default of its device."
+        ),
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+        "allOf": all_of,
+    }
+
+
+def _describe(error: ValidationError) -> list[tuple[str, str]]:
+    """(path, reason) pairs for one schema error, pointing at the offending field."""
+    path = error.json_path
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(schema.get("properties", {}))
+        extra = [k for k in error.instance if k not in allowed]
+        if extra:
+            return [(_join(path, k), "unknown field") for k in extra]
+    if error.validator in ("allOf", "anyOf", "oneOf") and error.context:
+        return [pair for sub in error.context for pair in _describe(sub)]
+    if error.validator == "pattern" and "description" in schema:
+        return [(path, f"{error.instance!r} is invalid: {schema['description']}")]
+    if error.validator == "format" and error.cause is not None:
+        return [(path, f"{error.instance!r} is invalid: {error.cause}")]
+    return [(path, error.message)]
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key)}]"

@@ -1,0 +1,199 @@
+"""The handler contract: what a device-family plugin implements. Read this first.
+
+A plugin is any object (usually a module) with `@hookimpl` functions:
+
+- `dradriver_handlers()` returns Handler objects; each serves one `type` and some `kinds`
+  of opaque config (`{type: netdev, netdev: {kind: macvlan, ...}}` goes to the handler
+  with type "netdev" whose kinds include "macvlan").
+- `dradriver_discover(context)` returns the devices the plugin offers on this node; they
+  are published in the node's ResourceSlice beside the core's `netdev-virtual` device.
+
+Handlers do kernel work and return data. They never write files and never call the API:
+the core writes the CDI spec, the allocation record and the claim status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pluggy
+
+PROJECT = "dradriver"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+ATTR_TYPE = "type"
+ATTR_KIND = "kind"
+VIRTUAL_KIND = "virtual"
+
+
+@dataclass(frozen=True)
+class Version:
+    """A semantic-version attribute value (published as `version`, not `string`)."""
+
+    value: str
+
+
+AttrValue = str | int | bool | Version
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """A consumable capacity of a device: total `value`, and what one request takes."""
+
+    value: str
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as published in the ResourceSlice (attribute names without domain).
+
+    `healthy` and `health_message` are not published; they feed the kubelet's device
+    health stream (e.g. a NIC without carrier, an RDMA port that is not ACTIVE).
+    """
+
+    name: str
+    attributes: Mapping[str, AttrValue]
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)
+    allow_multiple_allocations: bool = False
+    healthy: bool = True
+    health_message: str = ""
+
+    @property
+    def type(self) -> str:
+        """The device's `type` attribute (netdev, rdma)."""
+        return str(self.attributes.get(ATTR_TYPE, ""))
+
+    @property
+    def kind(self) -> str:
+        """The device's `kind` attribute (virtual, host-device, sriov-vf, uverbs)."""
+        return str(self.attributes.get(ATTR_KIND, ""))
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """Node facts and operator settings a handler may need.
+
+    `parent_interfaces`: host NICs the operator offers as host-device (patterns).
+    `virtual_parents`: interfaces that may parent macvlan/ipvlan/ipoib children (patterns).
+    """
+
+    driver_name: str
+    node_name: str
+    sysfs_root: Path
+    parent_interfaces: tuple[str, ...] = ()
+    virtual_parents: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """The claim a device belongs to, as the kubelet names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _no_journal(undo: Mapping[str, Any]) -> None:
+    """Default journal: nothing to persist (used when a handler is called directly)."""
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """One allocated device of a claim, with the merged config for its request.
+
+    A handler about to change an object that existed before (a host NIC, a VF's
+    settings) first calls `journal(undo)` with the data that restores it; the core
+    persists it, so a crash in between is undone at the next start.
+    """
+
+    claim: ClaimRef
+    request: str
+    pool: str
+    device: str
+    share_id: str | None
+    key: str
+    kind: str
+    config: Mapping[str, Any]
+    published: Device | None
+    context: HandlerContext
+    journal: Callable[[Mapping[str, Any]], None] = field(
+        default=_no_journal, compare=False, repr=False
+    )
+
+
+@dataclass(frozen=True)
+class Validated:
+    """What a valid request will give the container, known before any kernel work."""
+
+    container_interfaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NetworkData:
+    """What the container will see, reported in the claim's status.devices."""
+
+    interface_name: str
+    ips: tuple[str, ...] = ()
+    hardware_address: str | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Result of a prepare: CDI container edits plus everything unprepare needs.
+
+    `undo` must be JSON-serialisable; it is stored in the allocation record and handed
+    back to `unprepare` (possibly by another process, after a restart).
+    `created_interfaces` are the tagged interfaces this prepare created (start-up
+    reconciliation deletes tagged interfaces no record lists); `host_interfaces` are
+    those that stay on the host while prepared (a missing one is reported at start).
+    """
+
+    edits: Mapping[str, Any]
+    undo: Mapping[str, Any]
+    network_data: NetworkData | None = None
+    created_interfaces: tuple[str, ...] = ()
+    host_interfaces: tuple[str, ...] = ()
+
+
+class Handler(Protocol):
+    """Serves the kinds of one config type. Methods raise DriverError subclasses."""
+
+    @property
+    def type(self) -> str:
+        """The config type served (`netdev`, `rdma`, `combo`)."""
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of that type served."""
+
+    def schema(self, kind: str) -> Mapping[str, Any]:
+        """JSON Schema of the `<type>` config object when its kind is `kind`."""
+
+    def validate(self, req: DeviceRequest) -> Validated:
+        """Check the config against the allocated device without changing anything."""
+
+    def prepare(self, req: DeviceRequest) -> Prepared:
+        """Create or claim the kernel objects; on failure undo own partial work and raise."""
+
+    def unprepare(self, undo: Mapping[str, Any]) -> None:
+        """Undo exactly what `prepare` did; idempotent, tolerant of objects already gone."""
+
+
+class HandlerSpec:
+    """Hook specifications a handler plugin implements (any subset)."""
+
+    @hookspec
+    def dradriver_handlers(self) -> list[Handler]:  # type: ignore[empty-body]
+        """Return the handlers this plugin provides."""
+
+    @hookspec
+    def dradriver_discover(self, context: HandlerContext) -> list[Device]:  # type: ignore[empty-body]
+        """Return the devices this plugin offers on this node."""

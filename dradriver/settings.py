@@ -1,0 +1,156 @@
+"""Every setting of the daemon in one frozen dataclass, read from flags and environment."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dradriver import naming
+
+DEFAULT_DRIVER_NAME = "dra.example.com"
+
+# Flags whose environment variable is a Kubernetes convention rather than DRA_<FLAG>.
+_ENV_OVERRIDES = {"node_name": "NODE_NAME", "pod_uid": "POD_UID", "kubeconfig": "KUBECONFIG"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Configuration of one driver instance."""
+
+    node_name: str
+    driver_name: str = DEFAULT_DRIVER_NAME
+    kubeconfig: str | None = None
+    kubelet_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    kubelet_plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    cdi_dir: Path = Path("/etc/cdi")
+    state_dir_override: Path | None = None
+    sysfs_root: Path = Path("/sys")
+    pod_uid: str | None = None
+    virtual_slots: int = 128
+    publish_interval: float = 60.0
+    metrics_addr: str | None = None
+    healthcheck_port: int = -1
+    parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
+    virtual_parents: tuple[str, ...] = field(default_factory=tuple)
+    log_level: str = "info"
+
+    @property
+    def state_dir(self) -> Path:
+        """Where allocation records live: a subdirectory CDI loaders skip."""
+        return self.state_dir_override or self.cdi_dir / f"{self.driver_name}-state"
+
+    @property
+    def plugin_dir(self) -> Path:
+        """The driver's directory under the kubelet plugins directory."""
+        return self.kubelet_plugins_dir / self.driver_name
+
+
+def env_name(dest: str) -> str:
+    """The environment variable that can set the flag stored in `dest`."""
+    return _ENV_OVERRIDES.get(dest, "DRA_" + dest.upper())
+
+
+def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
+    """Add the driver's flags to `parser`; `run` adds the ones only the daemon needs."""
+    env = os.environ
+
+    def flag(name: str, dest: str, default: object, help_text: str, **kw: object) -> None:
+        var = env_name(dest)
+        value = env.get(var, default)
+        parser.add_argument(
+            name,
+            dest=dest,
+            default=value,
+            help=f"{help_text} (env {var})",
+            **kw,  # type: ignore[arg-type]
+        )
+
+    flag("--node-name", "node_name", None, "name of this node; names the ResourceSlice pool")
+    flag("--driver-name", "driver_name", DEFAULT_DRIVER_NAME, "DRA driver name")
+    flag("--sysfs-root", "sysfs_root", "/sys", "root of sysfs for device discovery")
+    flag("--virtual-slots", "virtual_slots", 128, "slots capacity of netdev-virtual", type=int)
+    flag(
+        "--parent-interfaces",
+        "parent_interfaces",
+        "",
+        "comma-separated host interfaces (globs) offered to pods as host-device (default none)",
+    )
+    flag(
+        "--virtual-parents",
+        "virtual_parents",
+        "",
+        "comma-separated interfaces (globs) that may parent macvlan/ipvlan/ipoib (default none)",
+    )
+    if not run:
+        return
+    flag("--kubeconfig", "kubeconfig", None, "kubeconfig file; in-cluster config when unset")
+    flag(
+        "--kubelet-registry-dir",
+        "kubelet_registry_dir",
+        "/var/lib/kubelet/plugins_registry",
+        "kubelet plugin registration directory",
+    )
+    flag(
+        "--kubelet-plugins-dir",
+        "kubelet_plugins_dir",
+        "/var/lib/kubelet/plugins",
+        "kubelet plugins directory (service socket lives below it)",
+    )
+    flag("--cdi-dir", "cdi_dir", "/etc/cdi", "directory for CDI specs")
+    flag("--state-dir", "state_dir", None, "allocation records (default <cdi-dir>/<driver>-state)")
+    flag("--pod-uid", "pod_uid", None, "UID of this driver pod; enables seamless rolling update")
+    flag(
+        "--publish-interval",
+        "publish_interval",
+        60.0,
+        "seconds between ResourceSlice refreshes",
+        type=float,
+    )
+    flag("--metrics-addr", "metrics_addr", None, "host:port for Prometheus metrics (off if unset)")
+    flag(
+        "--healthcheck-port",
+        "healthcheck_port",
+        -1,
+        "TCP port for grpc.health.v1 on localhost, for liveness probes (-1: off)",
+        type=int,
+    )
+    flag("--log-level", "log_level", "info", "debug, info, warning or error")
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    """Build Settings from parsed flags, checking the values a typo could break."""
+    if not args.node_name:
+        raise SystemExit("--node-name (or NODE_NAME) is required")
+    slots = int(args.virtual_slots)
+    if not 0 <= slots <= 4096:
+        raise SystemExit(f"--virtual-slots must be between 0 and 4096, got {slots}")
+    if not naming.is_dns_subdomain(args.driver_name):
+        raise SystemExit(f"--driver-name must be a DNS subdomain, got {args.driver_name!r}")
+    values: dict[str, object] = {
+        "node_name": args.node_name,
+        "driver_name": args.driver_name,
+        "sysfs_root": Path(args.sysfs_root),
+        "virtual_slots": slots,
+        "parent_interfaces": _split(args.parent_interfaces),
+        "virtual_parents": _split(args.virtual_parents),
+    }
+    if hasattr(args, "cdi_dir"):
+        values |= {
+            "kubeconfig": args.kubeconfig or None,
+            "kubelet_registry_dir": Path(args.kubelet_registry_dir),
+            "kubelet_plugins_dir": Path(args.kubelet_plugins_dir),
+            "cdi_dir": Path(args.cdi_dir),
+            "state_dir_override": Path(args.state_dir) if args.state_dir else None,
+            "pod_uid": args.pod_uid or None,
+            "publish_interval": float(args.publish_interval),
+            "metrics_addr": args.metrics_addr or None,
+            "healthcheck_port": int(args.healthcheck_port),
+            "log_level": args.log_level,
+        }
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _split(value: object) -> tuple[str, ...]:
+    return tuple(p.strip() for p in str(value or "").split(",") if p.strip())
