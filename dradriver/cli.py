@@ -1,0 +1,119 @@
+"""The `dra-driver` command: run, discover, handlers, validate-config, schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from dradriver import settings as settings_mod
+from dradriver import slices
+from dradriver.config import ConfigSchema
+from dradriver.errors import DriverError
+from dradriver.inventory import Inventory
+from dradriver.registry import HandlerRegistry
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command != "run":  # behave like a filter when piped into head & co.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        return int(args.func(args))
+    except DriverError as exc:
+        print(f"dra-driver: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-driver",
+        description="Kubernetes DRA driver for network interfaces and RDMA devices",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the kubelet plugin daemon")
+    settings_mod.add_flags(run, run=True)
+    run.set_defaults(func=_run)
+
+    discover = sub.add_parser("discover", help="print the ResourceSlices this node would publish")
+    settings_mod.add_flags(discover, run=False)
+    discover.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    discover.set_defaults(func=_discover)
+
+    handlers = sub.add_parser("handlers", help="list every (type, kind) and its plugin")
+    handlers.set_defaults(func=_handlers)
+
+    validate = sub.add_parser("validate-config", help="validate opaque config parameters")
+    validate.add_argument("file", help="YAML or JSON file with the parameters object, or -")
+    validate.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
+    validate.set_defaults(func=_validate)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of the opaque config")
+    schema.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
+    schema.set_defaults(func=_schema)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dradriver import daemon  # noqa: PLC0415 - keeps the other subcommands light
+
+    return daemon.run(settings_mod.from_args(args))
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from dradriver.daemon import context_of  # noqa: PLC0415
+
+    settings = settings_mod.from_args(args)
+    inventory = Inventory(HandlerRegistry(), context_of(settings), settings.virtual_slots)
+    built = slices.build_slices(
+        settings.driver_name, settings.node_name, "", inventory.refresh(), generation=1
+    )
+    for body in built:  # the Node UID is only known to the API server
+        del body["metadata"]["ownerReferences"]
+    doc = {"apiVersion": "v1", "kind": "List", "items": built}
+    if args.output == "json":
+        print(json.dumps(doc, indent=2))
+    else:
+        print(yaml.safe_dump(doc, sort_keys=False), end="")
+    return 0
+
+
+def _handlers(args: argparse.Namespace) -> int:
+    rows = HandlerRegistry().table()
+    width = max((len(t) + len(k) + 1 for t, k, _ in rows), default=10)
+    print(f"{'TYPE/KIND':<{width}}  PLUGIN")
+    for type_, kind, plugin in rows:
+        print(f"{type_ + '/' + kind:<{width}}  {plugin}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        parameters = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        print(f"{args.file}: not YAML or JSON: {exc}", file=sys.stderr)
+        return 1
+    schema = ConfigSchema(HandlerRegistry(), args.driver_name)
+    try:
+        resolved = schema.resolve(parameters, None)
+    except DriverError as exc:
+        issues = getattr(exc, "issues", [("$", str(exc))])
+        for path, message in issues:
+            print(f"{args.file}: {path}: {message}", file=sys.stderr)
+        return 1
+    print(f"{args.file}: valid ({resolved.type}/{resolved.kind})")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(ConfigSchema(HandlerRegistry(), args.driver_name).dumps())
+    return 0

@@ -1,0 +1,119 @@
+"""`dra-driver run`: wires the components, reconciles, serves until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+from dradriver import gc, log
+from dradriver.config import ConfigSchema
+from dradriver.hookspecs import HandlerContext
+from dradriver.inventory import Inventory
+from dradriver.kubeapi import KubeApi
+from dradriver.kubelet.server import KubeletServer
+from dradriver.kubelet.sockets import SerializeLock, socket_paths
+from dradriver.log import event
+from dradriver.metrics import Metrics
+from dradriver.prepare import Preparer
+from dradriver.publisher import Publisher
+from dradriver.records import PREPARED, RecordStore
+from dradriver.registry import HandlerRegistry
+from dradriver.settings import Settings
+from dradriver.status import StatusWriter
+
+logger = logging.getLogger(__name__)
+
+
+def context_of(settings: Settings) -> HandlerContext:
+    """The node facts handlers see."""
+    return HandlerContext(
+        driver_name=settings.driver_name,
+        node_name=settings.node_name,
+        sysfs_root=settings.sysfs_root,
+        parent_interfaces=settings.parent_interfaces,
+        virtual_parents=settings.virtual_parents,
+    )
+
+
+def run(settings: Settings) -> int:
+    """Run the driver until a termination signal; return the exit code."""
+    started = time.monotonic()
+    log.setup(settings.log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    registry = HandlerRegistry()
+    schema = ConfigSchema(registry, settings.driver_name)
+    context = context_of(settings)
+    settings.cdi_dir.mkdir(parents=True, exist_ok=True)
+    records = RecordStore(settings.state_dir)
+    paths = socket_paths(settings)
+    lock = SerializeLock(paths.lock)
+    metrics = Metrics()
+    if settings.metrics_addr:
+        metrics.serve(settings.metrics_addr)
+    api = KubeApi(settings.kubeconfig)
+    inventory = Inventory(registry, context, settings.virtual_slots)
+    status = StatusWriter(api, settings.driver_name, settings.node_name, metrics)
+    preparer = Preparer(
+        context=context,
+        cdi_dir=settings.cdi_dir,
+        records=records,
+        registry=registry,
+        schema=schema,
+        inventory=inventory,
+        api=api,
+        status=status,
+        metrics=metrics,
+    )
+
+    with lock:  # another instance (rolling update) may be preparing right now
+        loaded, corrupt = records.load_all()
+        report = gc.reconcile(loaded, settings.cdi_dir, settings.driver_name, preparer.roll_back)
+    prepared = sum(1 for r in loaded if r.phase == PREPARED)
+    metrics.prepared_claims.set(prepared)
+    event(
+        logger,
+        logging.INFO,
+        "state loaded",
+        records=prepared,
+        corrupt=len(corrupt),
+        rolled_back=len(report.rolled_back_claims),
+        deleted_interfaces=len(report.deleted_interfaces),
+        removed_specs=len(report.removed_specs),
+        vanished=len(report.vanished),
+    )
+
+    publisher = Publisher(
+        api, inventory, settings.driver_name, settings.node_name, settings.publish_interval, metrics
+    )
+    server = KubeletServer(
+        paths,
+        settings.driver_name,
+        settings.node_name,
+        preparer,
+        lock,
+        inventory.devices,
+        on_registered=publisher.trigger,
+    )
+    status.start()
+    publisher.start()
+    server.start(settings.healthcheck_port)
+    event(
+        logger,
+        logging.INFO,
+        "ready",
+        node=settings.node_name,
+        driver=settings.driver_name,
+        startup_seconds=round(time.monotonic() - started, 3),
+    )
+    stop.wait()
+    event(logger, logging.INFO, "shutting down")
+    server.stop()
+    publisher.stop()
+    status.stop()
+    lock.close()
+    return 0

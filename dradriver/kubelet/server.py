@@ -1,0 +1,252 @@
+"""The kubelet-facing gRPC services: registration, DRA v1 and v1beta1, health.
+
+The service socket starts first; the registration socket appears only once every
+advertised service is serving, because the kubelet calls them right after GetInfo.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from dradriver.hookspecs import ClaimRef, Device
+from dradriver.kubelet.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    health_v1alpha1_pb2,
+    health_v1alpha1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
+from dradriver.kubelet.sockets import SerializeLock, SocketPaths, remove_stale_socket
+from dradriver.log import event
+from dradriver.prepare import Outcome, Preparer
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
+DRA_SERVICES = (
+    "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+)
+HEALTH_POLL_SECONDS = 5.0
+
+
+class _DRAService:
+    """NodePrepareResources / NodeUnprepareResources for one API version."""
+
+    def __init__(
+        self, pb2: ModuleType, preparer: Preparer, lock: SerializeLock, with_share_id: bool
+    ) -> None:
+        self._pb2 = pb2
+        self._preparer = preparer
+        self._lock = lock
+        self._share = with_share_id
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
+        resp = self._pb2.NodePrepareResourcesResponse()
+        if not refs:  # liveness checks call with no claims: answer without the lock
+            return resp
+        with self._lock:
+            outcomes = self._preparer.prepare(refs)
+        for uid, outcome in outcomes.items():
+            resp.claims[uid].CopyFrom(self._prepare_response(outcome))
+        return resp
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
+        with self._lock:
+            outcomes = self._preparer.unprepare(refs)
+        resp = self._pb2.NodeUnprepareResourcesResponse()
+        for uid, outcome in outcomes.items():
+            resp.claims[uid].error = outcome.error or ""
+        return resp
+
+    def _prepare_response(self, outcome: Outcome) -> Any:
+        msg = self._pb2.NodePrepareResourceResponse(error=outcome.error or "")
+        for d in outcome.devices:
+            device = msg.devices.add(
+                request_names=d["requestNames"],
+                pool_name=d["poolName"],
+                device_name=d["deviceName"],
+                cdi_device_ids=d["cdiDeviceIds"],
+            )
+            if self._share and d.get("shareId"):
+                device.share_id = d["shareId"]
+        return msg
+
+
+class _RegistrationService(registration_pb2_grpc.RegistrationServicer):
+    def __init__(self, driver: str, endpoint: Path, on_registered: Callable[[], None]) -> None:
+        self._driver = driver
+        self._endpoint = endpoint
+        self._on_registered = on_registered
+
+    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return registration_pb2.PluginInfo(
+            type="DRAPlugin",
+            name=self._driver,
+            endpoint=str(self._endpoint.absolute()),
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+
+    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if request.plugin_registered:
+            event(log, logging.INFO, "registered with the kubelet")
+            self._on_registered()
+        else:
+            event(log, logging.ERROR, "kubelet refused the registration", error=request.error)
+        return registration_pb2.RegistrationStatusResponse()
+
+
+class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    """Streams the health of every device of the pool (full list on each change)."""
+
+    def __init__(
+        self,
+        pool: str,
+        devices: Callable[[], list[Device]],
+        poll_seconds: float = HEALTH_POLL_SECONDS,
+    ) -> None:
+        self._pool = pool
+        self._devices = devices
+        self._poll = poll_seconds
+
+    def snapshot(self) -> list[tuple[str, Any, str]]:
+        """(device, health, message) for every device, sorted."""
+        pb = health_v1alpha1_pb2
+        return sorted(
+            (d.name, pb.HEALTHY if d.healthy else pb.UNHEALTHY, d.health_message)
+            for d in self._devices()
+        )
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        pb = health_v1alpha1_pb2
+        last: list[tuple[str, Any, str]] | None = None
+        while context.is_active():
+            current = self.snapshot()
+            if current != last:
+                now = int(time.time())
+                yield pb.NodeWatchResourcesResponse(
+                    devices=[
+                        pb.DeviceHealth(
+                            device=pb.DeviceIdentifier(pool_name=self._pool, device_name=name),
+                            health=state,
+                            last_updated_time=now,
+                            message=message[:1024],
+                        )
+                        for name, state, message in current
+                    ]
+                )
+                last = current
+            time.sleep(self._poll)
+
+
+class KubeletServer:
+    """Both gRPC servers of one driver instance and their sockets."""
+
+    def __init__(
+        self,
+        paths: SocketPaths,
+        driver: str,
+        pool: str,
+        preparer: Preparer,
+        lock: SerializeLock,
+        devices: Callable[[], list[Device]],
+        on_registered: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Build the services; nothing listens until `start`."""
+        self.paths = paths
+        self._driver = driver
+        self.health = health.HealthServicer()
+        self._service = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dra")
+        )
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
+            _DRAService(dra_v1_pb2, preparer, lock, with_share_id=True), self._service
+        )
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
+            _DRAService(dra_v1beta1_pb2, preparer, lock, with_share_id=False), self._service
+        )
+        health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+            _ResourceHealthService(pool, devices), self._service
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._service)
+        self._registration = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="registration")
+        )
+        registration_pb2_grpc.add_RegistrationServicer_to_server(
+            _RegistrationService(driver, paths.service, on_registered), self._registration
+        )
+        self._tcp_health: grpc.Server | None = None
+
+    def start(self, healthcheck_port: int = -1) -> None:
+        """Serve the DRA socket, then register (the kubelet may call at once)."""
+        for path in (self.paths.registration, self.paths.service):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if remove_stale_socket(path):
+                event(log, logging.INFO, "removed stale socket", path=str(path))
+        self._service.add_insecure_port(f"unix://{self.paths.service}")
+        self._service.start()
+        for name in ("", *DRA_SERVICES):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if healthcheck_port >= 0:
+            self._tcp_health = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+            health_pb2_grpc.add_HealthServicer_to_server(
+                _LivenessService(self.paths), self._tcp_health
+            )
+            self._tcp_health.add_insecure_port(f"[::]:{healthcheck_port}")
+            self._tcp_health.start()
+        self._registration.add_insecure_port(f"unix://{self.paths.registration}")
+        self._registration.start()
+        event(
+            log,
+            logging.INFO,
+            "serving",
+            registration=str(self.paths.registration),
+            service=str(self.paths.service),
+        )
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Deregister first (remove the registration socket), then stop serving."""
+        self.paths.registration.unlink(missing_ok=True)
+        self._registration.stop(0)
+        self.health.enter_graceful_shutdown()
+        self._service.stop(grace).wait(grace)
+        if self._tcp_health is not None:
+            self._tcp_health.stop(0)
+        self.paths.service.unlink(missing_ok=True)
+
+
+class _LivenessService(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1 on TCP for liveness probes: SERVING only if both sockets answer."""
+
+    def __init__(self, paths: SocketPaths) -> None:
+        self._paths = paths
+
+    def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
+        status = health_pb2.HealthCheckResponse
+        try:
+            with grpc.insecure_channel(f"unix://{self._paths.registration}") as ch:
+                registration_pb2_grpc.RegistrationStub(ch).GetInfo(
+                    registration_pb2.InfoRequest(), timeout=5
+                )
+            with grpc.insecure_channel(f"unix://{self._paths.service}") as ch:
+                dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(
+                    dra_v1_pb2.NodePrepareResourcesRequest(), timeout=5
+                )
+        except grpc.RpcError as exc:
+            event(log, logging.WARNING, "liveness check failed", error=exc)
+            return status(status=status.NOT_SERVING)
+        return status(status=status.SERVING)

@@ -1,0 +1,52 @@
+"""Prometheus metrics: prepare/unprepare counts, errors, latency, prepared claims."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The driver's metrics, in a registry of their own (no process collectors)."""
+
+    def __init__(self) -> None:
+        """Create the metrics; nothing is served until `serve`."""
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.operations = Counter(
+            "dra_driver_operations",
+            "Claims prepared or unprepared",
+            ["operation", "result"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "dra_driver_operation_seconds",
+            "Time to prepare or unprepare one claim",
+            ["operation"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.prepared_claims = Gauge(
+            "dra_driver_prepared_claims",
+            "Claims with an allocation record on this node",
+            registry=r,
+        )
+        self.status_failures = Counter(
+            "dra_driver_status_write_failures",
+            "ResourceClaim status writes that failed",
+            registry=r,
+        )
+        self.publishes = Counter(
+            "dra_driver_slice_publishes", "ResourceSlice publish attempts", ["result"], registry=r
+        )
+
+    def observe(self, operation: str, seconds: float, ok: bool) -> None:
+        """Count one claim operation and its latency."""
+        self.operations.labels(operation, "success" if ok else "error").inc()
+        self.latency.labels(operation).observe(seconds)
+
+    def serve(self, addr: str) -> None:
+        """Serve /metrics on `addr` (host:port) from a daemon thread."""
+        host, _, port = addr.rpartition(":")
+        start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)

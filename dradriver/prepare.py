@@ -1,0 +1,384 @@
+"""Prepare and unprepare of claims: the heart of the driver.
+
+Order of a prepare, which makes it crash-safe: validate every device (no kernel work),
+create the kernel objects (tagged with the claim UID), write the CDI specs, then write
+the allocation record: the commit point. A failure before the record undoes what the
+claim already created; a crash before it leaves tagged objects that start-up
+reconciliation deletes. Unprepare works from the record alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from dradriver import cdi, claims, gc, naming
+from dradriver.config import ConfigSchema
+from dradriver.errors import ClaimError, ConfigError, DeviceError, DriverError
+from dradriver.hookspecs import (
+    ClaimRef,
+    DeviceRequest,
+    Handler,
+    HandlerContext,
+    Prepared,
+    Validated,
+)
+from dradriver.inventory import Inventory
+from dradriver.kubeapi import ApiError
+from dradriver.log import event
+from dradriver.metrics import Metrics
+from dradriver.records import (
+    PREPARED,
+    PREPARING,
+    ClaimRecord,
+    CorruptRecord,
+    DeviceRecord,
+    RecordStore,
+)
+from dradriver.registry import HandlerRegistry
+
+log = logging.getLogger(__name__)
+
+
+class ClaimSource(Protocol):
+    """Where ResourceClaims come from (the API server)."""
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ResourceClaim object as JSON."""
+
+
+class StatusSink(Protocol):
+    """Receives prepared claims whose status.devices should be written."""
+
+    def submit(self, record: ClaimRecord) -> None:
+        """Queue a status write (never blocks, never fails the prepare)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer for one claim: devices (kubelet field names) or an error."""
+
+    devices: list[dict[str, Any]]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    handler: Handler
+    req: DeviceRequest
+    type: str
+    validated: Validated
+
+
+class Preparer:
+    """Prepares and unprepares claims; holds no claim state in memory."""
+
+    def __init__(
+        self,
+        *,
+        context: HandlerContext,
+        cdi_dir: Path,
+        records: RecordStore,
+        registry: HandlerRegistry,
+        schema: ConfigSchema,
+        inventory: Inventory,
+        api: ClaimSource,
+        status: StatusSink | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """Wire the collaborators; nothing is read or written yet."""
+        self.context = context
+        self.driver = context.driver_name
+        self.cdi_dir = cdi_dir
+        self.records = records
+        self.registry = registry
+        self.schema = schema
+        self.inventory = inventory
+        self.api = api
+        self.status = status
+        self.metrics = metrics
+
+    # -- prepare -----------------------------------------------------------------------
+
+    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        """Prepare every claim of one kubelet call; one bad claim never fails the others."""
+        taken: dict[tuple[str, str], str] = {}  # (pod UID, container ifname) -> claim
+        outcomes = {}
+        for ref in refs:
+            outcomes[ref.uid] = self._guarded("prepare", ref, lambda r=ref: self._prepare(r, taken))
+        return outcomes
+
+    def _prepare(self, ref: ClaimRef, taken: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+        self._check_uid(ref)
+        record = self._load(ref)
+        if record is not None and record.phase == PREPARED:
+            event(log, logging.INFO, "already prepared", claim=ref.uid)
+            self._reserve_names(ref, record.pod_uids, record.devices, taken)
+            return record.answer()
+        if record is not None:
+            self.roll_back(record)
+        resolved = claims.resolve(self._get_claim(ref), ref, self.driver)
+        plans = [self._plan(ref, device) for device in resolved.devices]
+        self._reserve_names(ref, resolved.pod_uids, plans, taken)
+        record = ClaimRecord(ref, PREPARING, pod_uids=list(resolved.pod_uids))
+        done: list[tuple[_Plan, Prepared]] = []
+        try:
+            for plan in plans:
+                req = replace(plan.req, journal=self._journaller(record, plan))
+                prepared = plan.handler.prepare(req)
+                done.append((plan, prepared))
+                record.devices.append(self._device_record(plan, prepared))
+            record.cdi_specs = self._write_specs(ref, done, record)
+            record.phase = PREPARED
+            self.records.save(record)  # the commit point
+        except BaseException:
+            self._undo(ref, [(p.handler, pr.undo) for p, pr in done])
+            raise
+        event(log, logging.INFO, "prepared", claim=ref.uid, name=str(ref), devices=len(done))
+        if self.status is not None and record.devices:
+            self.status.submit(record)
+        if self.metrics:
+            self.metrics.prepared_claims.inc()
+        return record.answer()
+
+    def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        try:
+            return self.api.get_claim(ref.namespace, ref.name)
+        except ApiError as exc:
+            if exc.status == 404:
+                raise ClaimError("not found in the API server (deleted?)") from None
+            raise ClaimError(f"cannot read the ResourceClaim: {exc}") from None
+
+    def _plan(self, ref: ClaimRef, device: claims.AllocatedDevice) -> _Plan:
+        """Resolve and validate one allocated device without touching the kernel."""
+        where = f"request {device.base_request}"
+        try:
+            if device.pool != self.context.node_name:
+                raise ClaimError(
+                    f"device {device.device} is in pool {device.pool}, but this node "
+                    f"publishes pool {self.context.node_name}"
+                )
+            published = self.inventory.lookup(device.device)
+            if published is None:
+                raise DeviceError(f"device {device.device} is not published by this node")
+            resolved = self.schema.resolve(device.parameters, published)
+            handler = self.registry.get(resolved.type, resolved.kind)
+            req = DeviceRequest(
+                claim=ref,
+                request=device.base_request,
+                pool=device.pool,
+                device=device.device,
+                share_id=device.share_id,
+                key=naming.device_key(device.base_request, device.device, device.share_id),
+                kind=resolved.kind,
+                config=resolved.config,
+                published=published,
+                context=self.context,
+            )
+            return _Plan(handler, req, resolved.type, handler.validate(req))
+        except ConfigError as exc:
+            raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
+        except DriverError as exc:
+            raise DriverError(f"{where}: {exc}") from None
+
+    def _reserve_names(
+        self,
+        ref: ClaimRef,
+        pod_uids: Sequence[str],
+        devices: Sequence[_Plan] | Sequence[DeviceRecord],
+        taken: dict[tuple[str, str], str],
+    ) -> None:
+        """Refuse a container interface name another device of the same pod already uses."""
+        mine: dict[str, str] = {}
+        for device in devices:
+            if isinstance(device, _Plan):
+                request, names = device.req.request, device.validated.container_interfaces
+            else:
+                request, names = device.request, tuple(device.container_interfaces)
+            for name in names:
+                if name in mine:
+                    raise ConfigError(
+                        f"container interface name {name} is already used by request "
+                        f"{mine[name]} of this claim",
+                        f"request {request}: config $.interfaceName",
+                    )
+                mine[name] = request
+                for pod in pod_uids:
+                    other = taken.get((pod, name))
+                    if other is not None and other != ref.uid:
+                        raise ConfigError(
+                            f"container interface name {name} is already used by claim "
+                            f"{other} of the same pod {pod}",
+                            f"request {request}: config $.interfaceName",
+                        )
+        for name in mine:
+            for pod in pod_uids:
+                taken[(pod, name)] = ref.uid
+
+    def _journaller(self, record: ClaimRecord, plan: _Plan) -> Callable[[Mapping[str, Any]], None]:
+        """A journal callback persisting a device's undo data before it changes the host."""
+
+        def journal(undo: Mapping[str, Any]) -> None:
+            partial = DeviceRecord(
+                key=plan.req.key,
+                request=plan.req.request,
+                pool=plan.req.pool,
+                device=plan.req.device,
+                share_id=plan.req.share_id,
+                type=plan.type,
+                kind=plan.req.kind,
+                undo=dict(undo),
+            )
+            self.records.save(replace(record, phase=PREPARING, devices=[*record.devices, partial]))
+
+        return journal
+
+    def _device_record(self, plan: _Plan, prepared: Prepared) -> DeviceRecord:
+        nd = prepared.network_data
+        return DeviceRecord(
+            key=plan.req.key,
+            request=plan.req.request,
+            pool=plan.req.pool,
+            device=plan.req.device,
+            share_id=plan.req.share_id,
+            type=plan.type,
+            kind=plan.req.kind,
+            undo=dict(prepared.undo),
+            container_interfaces=list(plan.validated.container_interfaces),
+            created_interfaces=list(prepared.created_interfaces),
+            host_interfaces=list(prepared.host_interfaces),
+            network_data=(
+                {
+                    "interfaceName": nd.interface_name,
+                    "ips": list(nd.ips),
+                    "hardwareAddress": nd.hardware_address,
+                }
+                if nd
+                else None
+            ),
+        )
+
+    def _write_specs(
+        self, ref: ClaimRef, done: list[tuple[_Plan, Prepared]], record: ClaimRecord
+    ) -> list[str]:
+        """One CDI spec per device type of the claim; fills each device's CDI ID."""
+        by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        for (plan, prepared), device in zip(done, record.devices, strict=True):
+            name = naming.cdi_device_name(ref.uid, plan.req.key)
+            by_type.setdefault(plan.type, []).append((name, prepared.edits))
+            device.cdi_device_id = cdi.qualified_id(self.driver, plan.type, name)
+        files = []
+        for type_, devices in sorted(by_type.items()):
+            path = cdi.spec_path(self.cdi_dir, self.driver, type_, ref.uid)
+            cdi.write_spec(path, cdi.build_spec(self.driver, type_, devices))
+            files.append(path.name)
+        return files
+
+    def _undo(self, ref: ClaimRef, steps: Sequence[tuple[Handler, Mapping[str, Any]]]) -> None:
+        """Undo a failed or interrupted prepare: handlers newest first, specs, record."""
+        for handler, undo in reversed(steps):
+            try:
+                handler.unprepare(undo)
+            except Exception as exc:  # keep going: start-up reconciliation retries leaks
+                event(log, logging.ERROR, "rollback of a device failed", claim=ref.uid, error=exc)
+        cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+        self.records.delete(ref.uid)
+
+    def roll_back(self, record: ClaimRecord) -> None:
+        """Undo a prepare that was interrupted (its record never reached 'prepared')."""
+        event(log, logging.WARNING, "rolling back interrupted prepare", claim=record.claim.uid)
+        steps = []
+        for device in record.devices:
+            try:
+                steps.append((self.registry.get(device.type, device.kind), device.undo))
+            except ConfigError as exc:
+                event(
+                    log,
+                    logging.ERROR,
+                    "cannot roll back device: no handler",
+                    claim=record.claim.uid,
+                    device=device.device,
+                    error=exc,
+                )
+        self._undo(record.claim, steps)
+
+    # -- unprepare ---------------------------------------------------------------------
+
+    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        """Unprepare every claim of one kubelet call from local state only."""
+        return {
+            ref.uid: self._guarded("unprepare", ref, lambda r=ref: self._unprepare(r))
+            for ref in refs
+        }
+
+    def _unprepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
+        self._check_uid(ref)
+        try:
+            record = self.records.load(ref.uid)
+        except CorruptRecord as exc:
+            deleted = gc.delete_claim_interfaces(ref.uid)
+            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            event(
+                log,
+                logging.ERROR,
+                "unprepared from a corrupt record: deleted tagged interfaces only",
+                claim=ref.uid,
+                deleted=",".join(deleted),
+                error=exc,
+            )
+            return []
+        if record is None:
+            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            return []
+        failures = []
+        for device in reversed(record.devices):
+            try:
+                self.registry.get(device.type, device.kind).unprepare(device.undo)
+            except DriverError as exc:
+                failures.append(f"request {device.request} device {device.device}: {exc}")
+        if failures:
+            raise DeviceError("; ".join(failures) + " (will retry)")
+        cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+        self.records.delete(ref.uid)
+        event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
+        if self.metrics and record.phase == PREPARED:
+            self.metrics.prepared_claims.dec()
+        return []
+
+    # -- shared ------------------------------------------------------------------------
+
+    def _guarded(self, operation: str, ref: ClaimRef, fn: Any) -> Outcome:
+        """Run one claim's operation; turn any failure into that claim's error string."""
+        start = time.perf_counter()
+        try:
+            outcome = Outcome(fn())
+        except DriverError as exc:
+            event(
+                log, logging.ERROR, f"{operation} failed", claim=ref.uid, name=str(ref), error=exc
+            )
+            outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
+        except Exception as exc:  # a bug: log the trace, answer without it
+            log.exception(f"{operation} failed unexpectedly", extra={"claim": ref.uid})
+            outcome = Outcome(
+                [],
+                f"claim {ref} ({ref.uid}): internal error "
+                f"({type(exc).__name__}: {exc}); see the driver log",
+            )
+        if self.metrics:
+            self.metrics.observe(operation, time.perf_counter() - start, outcome.error is None)
+        return outcome
+
+    @staticmethod
+    def _check_uid(ref: ClaimRef) -> None:
+        if not naming.is_claim_uid(ref.uid):
+            raise ClaimError(f"invalid claim UID {ref.uid!r}")
+
+    def _load(self, ref: ClaimRef) -> ClaimRecord | None:
+        try:
+            return self.records.load(ref.uid)
+        except CorruptRecord:
+            return None  # quarantined and logged; prepare again from the API
