@@ -1,0 +1,1 @@
+"""Built-in handler plugins: netdev (virtual and physical interfaces), rdma, combo (RoCE)."""

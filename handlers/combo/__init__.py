@@ -1,0 +1,1 @@
+"""combo plugin: RoCE (an RDMA device with its own Ethernet netdev)."""

@@ -1,0 +1,165 @@
+"""What every netdev kind shares: config fields, container names, addresses, MTU/MAC."""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dradriver import naming, netlink
+from dradriver.errors import ConfigError, DeviceError
+from dradriver.hookspecs import VIRTUAL_KIND, DeviceRequest, NetworkData, Validated
+
+DEFAULT_INTERFACE_NAME = "eth1"
+# Container interface names: 1-15 ASCII bytes, no '/', ':' or white space; not lo, ., ..
+INTERFACE_NAME_PATTERN = r"^(?!lo$)(?!\.\.?$)[!-.0-9;-~]{1,15}$"
+ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"
+MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
+
+COMMON_PROPERTIES: dict[str, Any] = {
+    "kind": {"type": "string"},
+    "interfaceName": {
+        "type": "string",
+        "pattern": INTERFACE_NAME_PATTERN,
+        "default": DEFAULT_INTERFACE_NAME,
+        "description": "name inside the container: 1-15 ASCII bytes, no '/', ':' or "
+        "white space, not lo, . or ..",
+    },
+    "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
+    "macAddress": {"type": "string", "pattern": ETHERNET_MAC_PATTERN},
+    "ipAddresses": {
+        "type": "array",
+        "items": {"type": "string", "format": "cidr"},
+        "maxItems": MAX_IPS,
+        "uniqueItems": True,
+        "description": "addresses in CIDR form, kept by the runtime when it moves the link",
+    },
+}
+PARENT = {
+    "type": "string",
+    "pattern": r"^[!-.0-9;-~]{1,15}$",
+    "description": "a host interface name (1-15 ASCII bytes, no '/', ':' or white space)",
+}
+
+
+def schema(
+    extra: Mapping[str, Any], required: Sequence[str] = (), drop: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A kind's schema: the common fields (minus `drop`) plus `extra`, nothing else."""
+    properties = {k: v for k, v in COMMON_PROPERTIES.items() if k not in drop}
+    properties.update(extra)
+    return {"properties": properties, "required": list(required), "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """The fields every netdev kind understands, parsed."""
+
+    interface_name: str
+    mtu: int | None
+    mac: str | None
+    ips: tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...]
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> NetConfig:
+        """Parse a schema-valid config (addresses were checked by the schema's format)."""
+        return cls(
+            interface_name=str(config.get("interfaceName", DEFAULT_INTERFACE_NAME)),
+            mtu=config.get("mtu"),
+            mac=config["macAddress"].lower() if config.get("macAddress") else None,
+            ips=tuple(ipaddress.ip_interface(c) for c in config.get("ipAddresses", ())),
+        )
+
+    def validated(self) -> Validated:
+        """What the container gets: one interface."""
+        return Validated(container_interfaces=(self.interface_name,))
+
+    def network_data(self, mac: str | None) -> NetworkData:
+        """networkData for the claim status."""
+        return NetworkData(self.interface_name, tuple(str(i) for i in self.ips), mac)
+
+
+def require_virtual_device(req: DeviceRequest) -> None:
+    """Virtual kinds must be allocated on the virtual device."""
+    if req.published is None or req.published.kind != VIRTUAL_KIND:
+        raise ConfigError(
+            f"kind {req.kind} creates a virtual interface, but the allocated device "
+            f"{req.device} is not the virtual device; request the virtual-network class",
+            "$.kind",
+        )
+
+
+def require_allowed_parent(req: DeviceRequest, parent: str, field: str = "parent") -> netlink.Link:
+    """The parent link, if the operator allows it (--virtual-parents) and it exists."""
+    allowed = req.context.virtual_parents
+    if not any(fnmatch.fnmatchcase(parent, pattern) for pattern in allowed):
+        raise ConfigError(
+            f"{parent} is not on the operator's list of parent interfaces "
+            f"(--virtual-parents: {','.join(allowed) or 'empty'})",
+            f"$.{field}",
+        )
+    link = netlink.find(parent)
+    if link is None:
+        raise ConfigError(f"interface {parent} does not exist on this node", f"$.{field}")
+    return link
+
+
+def host_name(req: DeviceRequest, role: str = "c") -> str:
+    """The host-side name of this device's interface (see naming.host_ifname)."""
+    return naming.host_ifname(req.claim.uid, req.key, role)
+
+
+def tag(req: DeviceRequest) -> str:
+    """The ifalias tag naming this device's owner."""
+    return naming.ifalias(req.claim.uid, req.key)
+
+
+def clear_leftover(name: str, alias: str) -> None:
+    """Delete a link with our deterministic `name` left by an earlier attempt of this device.
+
+    A link of that name with another owner's tag is never touched: that is an error.
+    """
+    link = netlink.find(name)
+    if link is None:
+        return
+    if link.alias not in (None, "", alias):
+        raise DeviceError(f"interface {name} exists and belongs to someone else ({link.alias})")
+    netlink.delete(name)
+
+
+def configure(link: netlink.Link, cfg: NetConfig, alias: str | None) -> str | None:
+    """Tag, set MTU/MAC and add addresses on a down host-side link; return its MAC."""
+    attrs: dict[str, Any] = {}
+    if alias is not None:
+        attrs["ifalias"] = alias
+    if cfg.mtu is not None:
+        attrs["mtu"] = cfg.mtu
+    if cfg.mac is not None:
+        attrs["address"] = cfg.mac
+    if attrs:
+        netlink.set_link(link, f"configure {link.name} ({', '.join(sorted(attrs))})", **attrs)
+    for ip in cfg.ips:
+        netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, link.name)
+    return cfg.mac or link.address
+
+
+def create(req: DeviceRequest, name: str, what: str, **attrs: Any) -> netlink.Link:
+    """Create a down link called `name` (clearing our own leftover of the same name)."""
+    clear_leftover(name, tag(req))
+    netlink.call(f"create {what} {name}", lambda: netlink.ipr().link("add", ifname=name, **attrs))
+    return netlink.require(name, what)
+
+
+def net_devices_edit(host: str, container: str) -> dict[str, Any]:
+    """The CDI edit that makes the runtime move `host` into the container as `container`."""
+    return {"netDevices": [{"hostInterfaceName": host, "name": container}]}
+
+
+def delete_own(names: Sequence[str], alias: str) -> None:
+    """Delete the links we created, if still present and still ours (unprepare)."""
+    for name in names:
+        link = netlink.find(name)
+        if link is not None and link.alias in (alias, None, ""):
+            netlink.delete(name)

@@ -1,0 +1,1 @@
+"""rdma plugin: RDMA devices (uverbs)."""
