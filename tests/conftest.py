@@ -1,0 +1,107 @@
+"""Markers (root, kernel features, kinds), the per-kind summary and the leftover check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import kernel, netns
+from tests.support.driverproc import RUNNING
+
+_kinds: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+_skip_reasons: dict[str, str] = {}
+_baseline: dict[str, set[str]] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kind(name): exercises the handler of one device kind")
+
+
+def _host_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(": ")[1].split("@")[0] for line in out.splitlines() if ": " in line}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.geteuid() == 0:
+        _baseline["links"] = _host_links()
+        _baseline["netns"] = set(netns.ours())
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces and netlink)")
+    for mark in item.iter_markers("kernel"):
+        if os.geteuid() != 0:
+            pytest.skip("needs root to probe kernel features")
+        reason = kernel.missing(mark.args[0])
+        if reason:
+            for kind in item.iter_markers("kind"):
+                _skip_reasons[kind.args[0]] = reason
+            pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        outcome = "passed" if report.passed else "skipped" if report.skipped else "failed"
+        for kind in item.iter_markers("kind"):
+            _kinds[kind.args[0]][outcome].add(item.nodeid)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _kinds:
+        return
+    tr = terminalreporter
+    tr.section("device kinds")
+    real = sorted(k for k, o in _kinds.items() if o["passed"] or o["failed"])
+    skipped = sorted(k for k, o in _kinds.items() if not (o["passed"] or o["failed"]))
+    for kind in real:
+        o = _kinds[kind]
+        tr.write_line(f"exercised for real: {kind:<12} {len(o['passed'])} passed, "
+                      f"{len(o['failed'])} failed, {len(o['skipped'])} skipped")
+    for kind in skipped:
+        tr.write_line(f"skipped:            {kind:<12} {_skip_reasons.get(kind, 'skipped')}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.geteuid() != 0 or not _baseline:
+        return
+    left_ns = sorted(set(netns.ours()) - _baseline["netns"])
+    left_links = sorted(_host_links() - _baseline["links"])
+    left_procs = sorted(pid for pid in RUNNING if Path(f"/proc/{pid}").exists())
+    if left_ns or left_links or left_procs:
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"LEFTOVERS after the test session: namespaces={left_ns} links={left_links} "
+            f"driver pids={left_procs}", red=True)
+        for ns in left_ns:
+            netns.delete(ns)
+        for link in left_links:
+            subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+        for pid in left_procs:
+            os.kill(pid, 9)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    """A throw-away network namespace, deleted after the test."""
+    name = netns.create()
+    try:
+        yield name
+    finally:
+        netns.delete(name)
+
+
+@pytest.fixture
+def in_ns(ns: str) -> Iterator[str]:
+    """Run the test's thread inside a throw-away namespace."""
+    with netns.inside(ns):
+        yield ns

@@ -1,0 +1,141 @@
+"""The real driver daemon as a child process in a network namespace, and a kubelet-side client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from dradriver.kubelet.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
+
+DRIVER = "dra.example.com"
+RUNNING: set[int] = set()  # pids of daemons started by tests (checked at session end)
+
+
+class DriverProcess:
+    """`dra-driver run` with its own kubelet directories under `root`."""
+
+    def __init__(self, root: Path, ns: str, kubeconfig: Path, node: str = "node-a",
+                 pod_uid: str | None = None, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.ns = ns
+        self.registry = root / "registry"
+        self.plugins = root / "plugins"
+        self.cdi = root / "cdi"
+        self.state = self.cdi / f"{DRIVER}-state"
+        self.node = node
+        self.pod_uid = pod_uid
+        self.log_path = root / f"driver-{pod_uid or 'main'}.log"
+        self.cmd = [
+            "ip", "netns", "exec", ns, sys.executable, "-m", "dradriver", "run",
+            "--node-name", node, "--kubeconfig", str(kubeconfig),
+            "--kubelet-registry-dir", str(self.registry),
+            "--kubelet-plugins-dir", str(self.plugins),
+            "--cdi-dir", str(self.cdi), "--publish-interval", "2", *args,
+        ]
+        if pod_uid:
+            self.cmd += ["--pod-uid", pod_uid]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def reg_socket(self) -> Path:
+        name = f"{DRIVER}-{self.pod_uid}-reg.sock" if self.pod_uid else f"{DRIVER}-reg.sock"
+        return self.registry / name
+
+    @property
+    def service_socket(self) -> Path:
+        name = f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock"
+        return self.plugins / DRIVER / name
+
+    def start(self, wait: bool = True) -> DriverProcess:
+        self.logf = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        RUNNING.add(self.proc.pid)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"driver exited with {self.proc.returncode}:\n{self.log()}")
+            if self.reg_socket.exists():
+                try:
+                    self.get_info(timeout=2)
+                    return
+                except grpc.RpcError:
+                    pass
+            time.sleep(0.05)
+        raise AssertionError(f"driver not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        RUNNING.discard(self.proc.pid)
+        self.logf.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    # -- kubelet side -------------------------------------------------------------------
+
+    def get_info(self, timeout: float = 5.0) -> Any:
+        with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
+            return registration_pb2_grpc.RegistrationStub(ch).GetInfo(
+                registration_pb2.InfoRequest(), timeout=timeout)
+
+    def notify(self, registered: bool, error: str = "") -> None:
+        with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
+            registration_pb2_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
+                registration_pb2.RegistrationStatus(plugin_registered=registered, error=error),
+                timeout=5)
+
+    def _stub(self, version: str, ch: grpc.Channel) -> Any:
+        mod = dra_v1_pb2_grpc if version == "v1" else dra_v1beta1_pb2_grpc
+        return mod.DRAPluginStub(ch)
+
+    def prepare(self, claims: list[dict[str, Any]], version: str = "v1",
+                timeout: float = 45.0) -> Any:
+        pb2 = dra_v1_pb2 if version == "v1" else dra_v1beta1_pb2
+        req = pb2.NodePrepareResourcesRequest(claims=[_claim(pb2, c) for c in claims])
+        with grpc.insecure_channel(f"unix://{self.service_socket}") as ch:
+            return self._stub(version, ch).NodePrepareResources(req, timeout=timeout)
+
+    def unprepare(self, claims: list[dict[str, Any]], version: str = "v1",
+                  timeout: float = 45.0) -> Any:
+        pb2 = dra_v1_pb2 if version == "v1" else dra_v1beta1_pb2
+        req = pb2.NodeUnprepareResourcesRequest(claims=[_claim(pb2, c) for c in claims])
+        with grpc.insecure_channel(f"unix://{self.service_socket}") as ch:
+            return self._stub(version, ch).NodeUnprepareResources(req, timeout=timeout)
+
+
+def _claim(pb2: Any, claim: dict[str, Any]) -> Any:
+    meta = claim["metadata"]
+    return pb2.Claim(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])

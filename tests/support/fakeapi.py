@@ -1,0 +1,272 @@
+"""A local stand-in for the Kubernetes API: the paths, verbs and status codes the driver uses.
+
+It answers like kube-apiserver does for those calls (Status objects, 404/409/422,
+resourceVersion conflicts, field selectors on ResourceSlices, server-side apply of
+claim status keyed by driver/pool/device/shareID). `drop_consumable_capacity` makes it
+silently drop the fields an API server with DRAConsumableCapacity off drops.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from tests.support import netns
+
+RES = "/apis/resource.k8s.io/v1"
+_CLAIM = re.compile(rf"^{RES}/namespaces/([^/]+)/resourceclaims/([^/]+)(/status)?$")
+_SLICE = re.compile(rf"^{RES}/resourceslices(?:/([^/]+))?$")
+_NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A metav1.Status like the API server sends with an error."""
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+class FakeApi:
+    """In-memory objects behind an HTTP server; inspect and change them from tests."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.drop_consumable_capacity = False
+        self.claim_delay = 0.0
+        self.fail_status_writes = False
+        self._rv = 0
+        self.lock = threading.RLock()
+        self.server: ThreadingHTTPServer | None = None
+
+    # -- objects ------------------------------------------------------------------
+
+    def next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def add_node(self, name: str) -> str:
+        uid = str(uuid.uuid4())
+        self.nodes[name] = {"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": name, "uid": uid}}
+        return uid
+
+    def add_claim(self, claim: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        meta.setdefault("resourceVersion", self.next_rv())
+        with self.lock:
+            self.claims[(meta["namespace"], meta["name"])] = claim
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            return copy.deepcopy(self.claims[(namespace, name)])
+
+    # -- server -------------------------------------------------------------------
+
+    @contextmanager
+    def serving(self, namespace: str | None = None) -> Iterator[str]:
+        """Serve on 127.0.0.1 (inside `namespace` if given); yield the base URL."""
+        api = self
+
+        class Handler(_Handler):
+            fake = api
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+        if namespace:
+            server.socket.close()
+            with netns.inside(namespace):
+                import socket  # noqa: PLC0415
+
+                server.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.server_bind()
+        server.server_activate()
+        server.daemon_threads = True
+        self.server = server
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+
+    def kubeconfig(self, url: str, path: Path) -> Path:
+        """Write a kubeconfig pointing at `url` with a bearer token."""
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": url}}],
+            "users": [{"name": "driver", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "driver"}}],
+        }))
+        return path
+
+    # -- verbs ------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, query: dict[str, list[str]],
+               body: Any) -> tuple[int, Any]:
+        self.requests.append((method, path))
+        with self.lock:
+            if m := _CLAIM.match(path):
+                return self._claim(method, unquote(m[1]), unquote(m[2]), bool(m[3]), body)
+            if m := _SLICE.match(path):
+                return self._slice(method, unquote(m[1]) if m[1] else None, query, body)
+            if (m := _NODE.match(path)) and method == "GET":
+                node = self.nodes.get(unquote(m[1]))
+                return (200, node) if node else (404, status(404, "NotFound",
+                                                             f'nodes "{m[1]}" not found'))
+        return 404, status(404, "NotFound", "the server could not find the requested resource")
+
+    def _claim(self, method: str, ns: str, name: str, is_status: bool,
+               body: Any) -> tuple[int, Any]:
+        claim = self.claims.get((ns, name))
+        if claim is None:
+            return 404, status(404, "NotFound",
+                               f'resourceclaims.resource.k8s.io "{name}" not found')
+        if method == "GET" and not is_status:
+            if self.claim_delay:
+                time.sleep(self.claim_delay)
+            return 200, claim
+        if method == "PATCH" and is_status:
+            if self.fail_status_writes:
+                return 500, status(500, "InternalError", "injected failure")
+            return self._apply_status(claim, body)
+        return 405, status(405, "MethodNotAllowed", f"{method} not allowed")
+
+    def _apply_status(self, claim: dict[str, Any], body: Any) -> tuple[int, Any]:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices")
+                   or {}).get("results") or []
+        allowed = {(r["driver"], r["pool"], r["device"], r.get("shareID")) for r in results}
+        current = {(d["driver"], d["pool"], d["device"], d.get("shareID")): d
+                   for d in (claim.get("status") or {}).get("devices") or []}
+        for entry in (body.get("status") or {}).get("devices") or []:
+            key = (entry["driver"], entry["pool"], entry["device"], entry.get("shareID"))
+            if key not in allowed:
+                return 422, status(422, "Invalid", f"status.devices: device {key} is not "
+                                   "allocated")
+            current[key] = entry
+        claim.setdefault("status", {})["devices"] = list(current.values())
+        claim["metadata"]["resourceVersion"] = self.next_rv()
+        return 200, claim
+
+    def _slice(self, method: str, name: str | None, query: dict[str, list[str]],
+               body: Any) -> tuple[int, Any]:
+        if method == "GET" and name is None:
+            wanted = dict(kv.split("=", 1) for s in query.get("fieldSelector", [""])
+                          for kv in s.split(",") if kv)
+            items = [s for s in self.slices.values()
+                     if all(_field(s, k) == v for k, v in wanted.items())]
+            return 200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                         "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+        if method == "POST" and name is None:
+            name = body["metadata"]["name"]
+            if name in self.slices:
+                return 409, status(409, "AlreadyExists",
+                                   f'resourceslices.resource.k8s.io "{name}" already exists')
+            return 201, self._store(body)
+        if name is None or name not in self.slices:
+            return 404, status(404, "NotFound",
+                               f'resourceslices.resource.k8s.io "{name}" not found')
+        if method == "PUT":
+            if body["metadata"].get("resourceVersion") != \
+                    self.slices[name]["metadata"]["resourceVersion"]:
+                return 409, status(409, "Conflict", "the object has been modified; please "
+                                   "apply your changes to the latest version and try again")
+            return 200, self._store(body, self.slices[name]["metadata"]["uid"])
+        if method == "DELETE":
+            del self.slices[name]
+            return 200, status(200, "", "")
+        return 405, status(405, "MethodNotAllowed", f"{method} not allowed")
+
+    def _store(self, body: dict[str, Any], uid: str | None = None) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        obj["metadata"]["uid"] = uid or str(uuid.uuid4())
+        if self.drop_consumable_capacity:
+            for device in obj["spec"].get("devices") or []:
+                device.pop("allowMultipleAllocations", None)
+                for cap in (device.get("capacity") or {}).values():
+                    cap.pop("requestPolicy", None)
+        self.slices[obj["metadata"]["name"]] = obj
+        return obj
+
+
+def _field(obj: dict[str, Any], dotted: str) -> Any:
+    value: Any = obj
+    for part in dotted.split("."):
+        value = (value or {}).get(part)
+    return value
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeApi
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def _serve(self) -> None:
+        url = urlparse(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        if self.headers.get("Authorization") != "Bearer fake-token":
+            code, payload = 401, status(401, "Unauthorized", "Unauthorized")
+        else:
+            code, payload = self.fake.handle(self.command, url.path, parse_qs(url.query), body)
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+
+
+def allocated_claim(
+    name: str,
+    results: list[dict[str, Any]],
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    config: list[dict[str, Any]] | None = None,
+    pods: list[str] | None = None,
+    driver: str = "dra.example.com",
+) -> dict[str, Any]:
+    """A ResourceClaim as the scheduler leaves it: allocated, reserved for `pods`."""
+    for r in results:
+        r.setdefault("driver", driver)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
+        "spec": {"devices": {"requests": [{"name": r["request"].split("/")[0],
+                                           "exactly": {"deviceClassName": "virtual-network"}}
+                                          for r in results]}},
+        "status": {
+            "allocation": {"devices": {"results": results, "config": config or []}},
+            "reservedFor": [{"resource": "pods", "name": f"pod-{p[:8]}", "uid": p}
+                            for p in (pods if pods is not None else [str(uuid.uuid4())])],
+        },
+    }
+
+
+def opaque(parameters: Any, *, requests: list[str] | None = None, source: str = "FromClaim",
+           driver: str = "dra.example.com") -> dict[str, Any]:
+    """One allocation config entry with opaque parameters for `driver`."""
+    entry: dict[str, Any] = {"source": source,
+                             "opaque": {"driver": driver, "parameters": parameters}}
+    if requests:
+        entry["requests"] = requests
+    return entry

@@ -1,0 +1,69 @@
+"""Throw-away network namespaces for tests, and running code inside one."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dradriver import netlink
+
+CLONE_NEWNET = 0x40000000
+PREFIX = "dratest-"
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def create(tag: str = "") -> str:
+    """A new namespace `dratest-<tag>-<random>` with loopback up."""
+    name = f"{PREFIX}{tag + '-' if tag else ''}{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    return name
+
+
+def delete(name: str) -> None:
+    """Delete a namespace (its virtual links die with it)."""
+    subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
+def ours() -> list[str]:
+    """Test namespaces currently present."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+
+
+@contextmanager
+def inside(name: str) -> Iterator[None]:
+    """Run this thread inside namespace `name` (netlink sockets reopen there)."""
+    original = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(Path("/run/netns") / name, os.O_RDONLY)
+    netlink.close()
+    try:
+        _setns(target)
+        yield
+    finally:
+        netlink.close()
+        _setns(original)
+        os.close(target)
+        os.close(original)
+
+
+def fd(name: str) -> int:
+    """An open file descriptor of namespace `name` (caller closes it)."""
+    return os.open(Path("/run/netns") / name, os.O_RDONLY)
+
+
+def ip(name: str, *args: str) -> str:
+    """`ip -n <name> ...` output; raises on failure."""
+    return subprocess.run(["ip", "-n", name, *args], check=True, capture_output=True,
+                          text=True).stdout

@@ -1,0 +1,77 @@
+import argparse
+
+import pytest
+
+from dradriver import settings, status
+from dradriver.errors import ConfigError, RegistryError
+from dradriver.hookspecs import ClaimRef, hookimpl
+from dradriver.records import PREPARED, ClaimRecord, DeviceRecord
+from dradriver.registry import HandlerRegistry
+
+
+def _parse(argv, env, monkeypatch, run=True):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    parser = argparse.ArgumentParser()
+    settings.add_flags(parser, run=run)
+    return settings.from_args(parser.parse_args(argv))
+
+
+def test_every_flag_comes_from_the_environment_too(monkeypatch):
+    s = _parse([], {"NODE_NAME": "n1", "POD_UID": "u1", "KUBECONFIG": "/k",
+                    "DRA_DRIVER_NAME": "net.example.org", "DRA_CDI_DIR": "/c",
+                    "DRA_VIRTUAL_SLOTS": "4", "DRA_PARENT_INTERFACES": "eth1, ens*"},
+               monkeypatch)
+    assert (s.node_name, s.pod_uid, s.kubeconfig, s.driver_name) == ("n1", "u1", "/k",
+                                                                      "net.example.org")
+    assert s.virtual_slots == 4 and s.parent_interfaces == ("eth1", "ens*")
+    assert str(s.state_dir) == "/c/net.example.org-state"
+
+
+def test_flags_beat_environment_and_bad_values_are_refused(monkeypatch):
+    assert _parse(["--node-name", "n2"], {"NODE_NAME": "n1"}, monkeypatch).node_name == "n2"
+    with pytest.raises(SystemExit, match="DNS subdomain"):
+        _parse(["--node-name", "n", "--driver-name", "Bad_Name"], {}, monkeypatch)
+    with pytest.raises(SystemExit, match="virtual-slots"):
+        _parse(["--node-name", "n", "--virtual-slots", "-1"], {}, monkeypatch)
+
+
+class _Handler:
+    type = "netdev"
+    kinds = ("veth",)
+
+    def schema(self, kind):
+        return {}
+
+
+class _Plugin:
+    @hookimpl
+    def dradriver_handlers(self):
+        return [_Handler()]
+
+
+def test_two_plugins_serving_one_kind_is_a_startup_error_naming_both():
+    with pytest.raises(RegistryError, match="'netdev' and 'thirdparty' both serve"):
+        HandlerRegistry({"netdev": __import__("handlers.netdev").netdev,
+                         "thirdparty": _Plugin()}, entry_points=False)
+
+
+def test_unknown_kind_lists_available():
+    reg = HandlerRegistry({"x": _Plugin()}, entry_points=False)
+    with pytest.raises(ConfigError, match="available: netdev/veth"):
+        reg.get("netdev", "tap")
+
+
+def test_status_body_reports_ready_and_network_data():
+    record = ClaimRecord(ClaimRef("ns", "c", "uid"), PREPARED, devices=[DeviceRecord(
+        key="k", request="nic", pool="node-a", device="netdev-virtual", share_id="s1",
+        type="netdev", kind="veth", undo={},
+        network_data={"interfaceName": "net1", "ips": ["10.0.0.2/24"],
+                      "hardwareAddress": "02:00:00:00:00:01"})])
+    body = status.status_body(record, "dra.example.com", "node-a", 0)
+    [entry] = body["status"]["devices"]
+    assert entry["shareID"] == "s1" and entry["pool"] == "node-a"
+    assert entry["conditions"][0]["type"] == "Ready"
+    assert entry["conditions"][0]["lastTransitionTime"] == "1970-01-01T00:00:00Z"
+    assert entry["networkData"] == {"interfaceName": "net1", "ips": ["10.0.0.2/24"],
+                                    "hardwareAddress": "02:00:00:00:00:01"}
