@@ -21,7 +21,7 @@ class Inventory:
         self._slots = virtual_slots
         self._fallback = False
         self._lock = threading.Lock()
-        self._devices: dict[str, Device] = {}
+        self._devices: dict[str, Device] | None = None
 
     @property
     def fallback(self) -> bool:
@@ -41,18 +41,16 @@ class Inventory:
         return found
 
     def devices(self) -> list[Device]:
-        """The devices found by the last refresh."""
+        """The devices found by the last refresh (discovering now if never done)."""
         with self._lock:
-            return list(self._devices.values())
+            known = self._devices
+        return list(known.values()) if known is not None else self.refresh()
 
     def lookup(self, name: str) -> Device | None:
         """The device called `name` on this node, discovering again on a miss."""
         if slices.is_virtual_device(name):
             return slices.virtual_device(name)
-        with self._lock:
-            device = self._devices.get(name)
+        device = next((d for d in self.devices() if d.name == name), None)
         if device is None:
-            self.refresh()
-            with self._lock:
-                device = self._devices.get(name)
+            device = next((d for d in self.refresh() if d.name == name), None)
         return device

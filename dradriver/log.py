@@ -46,4 +46,5 @@ def setup(level: str = "info") -> None:
 def event(logger: logging.Logger, level: int, msg: str, **fields: Any) -> None:
     """Log `msg` with structured fields (e.g. claim=<uid>) at `level`."""
     if logger.isEnabledFor(level):
-        logger.log(level, msg, extra=fields, stacklevel=2)
+        extra = {(k + "_" if k in _RESERVED else k): v for k, v in fields.items()}
+        logger.log(level, msg, extra=extra, stacklevel=2)

@@ -123,13 +123,18 @@ class Preparer:
             self.roll_back(record)
         resolved = claims.resolve(self._get_claim(ref), ref, self.driver)
         plans = [self._plan(ref, device) for device in resolved.devices]
+        if not plans:
+            return []  # no device of ours in this claim: nothing to do, nothing to record
         self._reserve_names(ref, resolved.pod_uids, plans, taken)
         record = ClaimRecord(ref, PREPARING, pod_uids=list(resolved.pod_uids))
         done: list[tuple[_Plan, Prepared]] = []
         try:
             for plan in plans:
                 req = replace(plan.req, journal=self._journaller(record, plan))
-                prepared = plan.handler.prepare(req)
+                try:
+                    prepared = plan.handler.prepare(req)
+                except DriverError as exc:
+                    raise DriverError(f"request {req.request}: {exc}") from exc
                 done.append((plan, prepared))
                 record.devices.append(self._device_record(plan, prepared))
             record.cdi_specs = self._write_specs(ref, done, record)
@@ -138,7 +143,8 @@ class Preparer:
         except BaseException:
             self._undo(ref, [(p.handler, pr.undo) for p, pr in done])
             raise
-        event(log, logging.INFO, "prepared", claim=ref.uid, name=str(ref), devices=len(done))
+        # Committed: nothing below may turn this prepare into a failure.
+        event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(done))
         if self.status is not None and record.devices:
             self.status.submit(record)
         if self.metrics:
@@ -358,7 +364,7 @@ class Preparer:
             outcome = Outcome(fn())
         except DriverError as exc:
             event(
-                log, logging.ERROR, f"{operation} failed", claim=ref.uid, name=str(ref), error=exc
+                log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc
             )
             outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
         except Exception as exc:  # a bug: log the trace, answer without it

@@ -128,7 +128,7 @@ class StatusWriter:
             logging.ERROR,
             "writing claim status failed",
             claim=record.claim.uid,
-            name=str(record.claim),
+            ref=str(record.claim),
             error=reason,
         )
         if self._metrics:

@@ -13,7 +13,7 @@ from types import TracebackType
 
 from dradriver.settings import Settings
 
-_MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the NUL
+_MAX_SOCKET_PATH = 105  # sun_path holds 107 bytes, but gRPC refuses paths over 105
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _fit(path: Path) -> Path:
     """Shorten a socket file name with a hash when the path exceeds the unix limit."""
     if len(str(path).encode()) <= _MAX_SOCKET_PATH:
         return path
-    digest = hashlib.sha256(path.name.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(path.name.encode()).hexdigest()[:12]
     short = path.with_name(f"{digest}{'-reg' if path.name.endswith('-reg.sock') else ''}.sock")
     if len(str(short).encode()) > _MAX_SOCKET_PATH:
         raise SystemExit(f"socket directory {path.parent} is too long for a unix socket path")

@@ -14,7 +14,9 @@ from referencing.jsonschema import DRAFT7
 _DIR = Path(__file__).resolve().parent.parent / "data" / "cdi-schema-v1.1.0"
 _SCHEMA = json.loads((_DIR / "schema.json").read_text())
 _DEFS = json.loads((_DIR / "defs.json").read_text())
-_REGISTRY = Registry().with_resource("defs.json", Resource.from_contents(_DEFS, default_specification=DRAFT7))
+_REGISTRY = Registry().with_resource(
+    "defs.json", Resource.from_contents(_DEFS, default_specification=DRAFT7)
+)
 _VALIDATOR = Draft7Validator(_SCHEMA, registry=_REGISTRY)
 
 _NAME_PART = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")

@@ -20,6 +20,8 @@ from dradriver.kubelet.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
+from dradriver.kubelet.sockets import SocketPaths, socket_paths
+from dradriver.settings import Settings
 
 DRIVER = "dra.example.com"
 RUNNING: set[int] = set()  # pids of daemons started by tests (checked at session end)
@@ -53,14 +55,17 @@ class DriverProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def _paths(self) -> SocketPaths:
+        return socket_paths(Settings(node_name=self.node, kubelet_registry_dir=self.registry,
+                                     kubelet_plugins_dir=self.plugins, pod_uid=self.pod_uid))
+
+    @property
     def reg_socket(self) -> Path:
-        name = f"{DRIVER}-{self.pod_uid}-reg.sock" if self.pod_uid else f"{DRIVER}-reg.sock"
-        return self.registry / name
+        return self._paths.registration
 
     @property
     def service_socket(self) -> Path:
-        name = f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock"
-        return self.plugins / DRIVER / name
+        return self._paths.service
 
     def start(self, wait: bool = True) -> DriverProcess:
         self.logf = self.log_path.open("ab")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -85,9 +86,7 @@ class FakeApi:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
         if namespace:
             server.socket.close()
-            with netns.inside(namespace):
-                import socket  # noqa: PLC0415
-
+            with netns.inside(namespace):  # the socket belongs to the namespace it is made in
                 server.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.server_bind()
         server.server_activate()
@@ -213,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
     fake: FakeApi
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _serve(self) -> None:
@@ -231,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
 def allocated_claim(

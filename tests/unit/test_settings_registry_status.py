@@ -1,12 +1,15 @@
 import argparse
+from pathlib import Path
 
 import pytest
 
 from dradriver import settings, status
 from dradriver.errors import ConfigError, RegistryError
 from dradriver.hookspecs import ClaimRef, hookimpl
+from dradriver.kubelet.sockets import socket_paths
 from dradriver.records import PREPARED, ClaimRecord, DeviceRecord
 from dradriver.registry import HandlerRegistry
+from dradriver.settings import Settings
 
 
 def _parse(argv, env, monkeypatch, run=True):
@@ -75,3 +78,22 @@ def test_status_body_reports_ready_and_network_data():
     assert entry["conditions"][0]["lastTransitionTime"] == "1970-01-01T00:00:00Z"
     assert entry["networkData"] == {"interfaceName": "net1", "ips": ["10.0.0.2/24"],
                                     "hardwareAddress": "02:00:00:00:00:01"}
+
+
+def test_socket_names_per_pod_uid_and_shortened_when_too_long(tmp_path):
+    plain = socket_paths(Settings(node_name="n"))
+    assert str(plain.registration) == "/var/lib/kubelet/plugins_registry/dra.example.com-reg.sock"
+    assert str(plain.service) == "/var/lib/kubelet/plugins/dra.example.com/dra.sock"
+    assert str(plain.lock) == "/var/lib/kubelet/plugins/dra.example.com/serialize.lock"
+    uid = "0b6f3e6c-4a4e-4b8e-9d3e-6f1a2b3c4d5e"
+    rolled = socket_paths(Settings(node_name="n", pod_uid=uid))
+    assert rolled.registration.name == f"dra.example.com-{uid}-reg.sock"
+    assert rolled.service.name == f"dra-{uid}.sock"
+    deep = Path("/" + "d" * 70)
+    short = socket_paths(Settings(node_name="n", pod_uid=uid, kubelet_registry_dir=deep,
+                                  kubelet_plugins_dir=deep))
+    assert len(str(short.registration)) <= 105 and short.registration.name.endswith("-reg.sock")
+    assert len(str(short.service)) <= 105
+    other = socket_paths(Settings(node_name="n", pod_uid=uid[::-1], kubelet_registry_dir=deep,
+                                  kubelet_plugins_dir=deep))
+    assert other.registration != short.registration
