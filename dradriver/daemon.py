@@ -34,6 +34,8 @@ def context_of(settings: Settings) -> HandlerContext:
         sysfs_root=settings.sysfs_root,
         parent_interfaces=settings.parent_interfaces,
         virtual_parents=settings.virtual_parents,
+        sriov_pfs=settings.sriov_pfs,
+        dev_root=settings.dev_root,
     )
 
 

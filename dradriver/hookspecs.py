@@ -80,6 +80,8 @@ class HandlerContext:
 
     `parent_interfaces`: host NICs the operator offers as host-device (patterns).
     `virtual_parents`: interfaces that may parent macvlan/ipvlan/ipoib children (patterns).
+    `sriov_pfs`: physical functions whose VFs are offered as sriov-vf (patterns).
+    `dev_root`: where device nodes live (/dev), for RDMA character devices.
     """
 
     driver_name: str
@@ -87,6 +89,8 @@ class HandlerContext:
     sysfs_root: Path
     parent_interfaces: tuple[str, ...] = ()
     virtual_parents: tuple[str, ...] = ()
+    sriov_pfs: tuple[str, ...] = ()
+    dev_root: Path = Path("/dev")
 
 
 @dataclass(frozen=True)

@@ -126,17 +126,34 @@ def delete(name: str) -> bool:
 
 
 def addresses(index: int) -> list[tuple[str, int]]:
-    """(address, prefix length) of every address on one interface."""
+    """(address, prefix length) of every global-scope address on one interface."""
     msgs = call("list addresses", lambda: ipr().get_addr(index=index))
-    return [(m.get("address"), m["prefixlen"]) for m in msgs]
+    return [(m.get("address"), m["prefixlen"]) for m in msgs if m["scope"] == 0]
 
 
-def add_address(index: int, address: str, prefixlen: int, ifname: str) -> None:
+def delete_address(index: int, address: str, prefixlen: int) -> None:
+    """Remove an address; no error if it is already gone."""
+    try:
+        ipr().addr("del", index=index, address=address, prefixlen=prefixlen)
+    except NetlinkError as exc:
+        if exc.code not in (errno.EADDRNOTAVAIL, errno.ENOENT, errno.ENODEV):
+            raise DeviceError(
+                f"remove address {address}/{prefixlen}: {os.strerror(exc.code)}"
+            ) from exc
+
+
+def add_address(
+    index: int, address: str, prefixlen: int, ifname: str, exist_ok: bool = False
+) -> None:
     """Add a permanent, global-scope address (runc re-adds those inside the container)."""
-    call(
-        f"add address {address}/{prefixlen} to {ifname}",
-        lambda: ipr().addr("add", index=index, address=address, prefixlen=prefixlen),
-    )
+    try:
+        ipr().addr("add", index=index, address=address, prefixlen=prefixlen)
+    except NetlinkError as exc:
+        if not (exist_ok and exc.code == errno.EEXIST):
+            raise DeviceError(
+                f"add address {address}/{prefixlen} to {ifname}: "
+                f"{os.strerror(exc.code)} (errno {exc.code})"
+            ) from exc
 
 
 @contextmanager

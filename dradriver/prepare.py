@@ -363,9 +363,7 @@ class Preparer:
         try:
             outcome = Outcome(fn())
         except DriverError as exc:
-            event(
-                log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc
-            )
+            event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc)
             outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
         except Exception as exc:  # a bug: log the trace, answer without it
             log.exception(f"{operation} failed unexpectedly", extra={"claim": ref.uid})

@@ -34,6 +34,8 @@ class Settings:
     healthcheck_port: int = -1
     parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
     virtual_parents: tuple[str, ...] = field(default_factory=tuple)
+    sriov_pfs: tuple[str, ...] = field(default_factory=tuple)
+    dev_root: Path = Path("/dev")
     log_level: str = "info"
 
     @property
@@ -83,6 +85,13 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "",
         "comma-separated interfaces (globs) that may parent macvlan/ipvlan/ipoib (default none)",
     )
+    flag(
+        "--sriov-pfs",
+        "sriov_pfs",
+        "",
+        "comma-separated physical functions (globs) whose VFs are offered (default none)",
+    )
+    flag("--dev-root", "dev_root", "/dev", "where device nodes live (RDMA character devices)")
     if not run:
         return
     flag("--kubeconfig", "kubeconfig", None, "kubeconfig file; in-cluster config when unset")
@@ -135,6 +144,8 @@ def from_args(args: argparse.Namespace) -> Settings:
         "virtual_slots": slots,
         "parent_interfaces": _split(args.parent_interfaces),
         "virtual_parents": _split(args.virtual_parents),
+        "sriov_pfs": _split(args.sriov_pfs),
+        "dev_root": Path(args.dev_root),
     }
     if hasattr(args, "cdi_dir"):
         values |= {

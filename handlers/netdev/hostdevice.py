@@ -1,0 +1,119 @@
+"""host-device: an existing host interface the operator offers, handed whole to the pod.
+
+Which interface is decided by the allocation (a `nic-*` device this driver published
+from the operator's allow-list), never by a free-form name in the claim: `hostDevice`
+in a config is accepted (the original design had it) but must name the allocated one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dradriver import naming
+from dradriver.errors import ConfigError, DeviceError
+from dradriver.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
+from handlers import sysfs
+from handlers.netdev import claimed, common
+
+KIND = "host-device"
+PROC = Path("/proc")
+
+
+def offered(context: HandlerContext, ifname: str, primary: set[str]) -> str | None:
+    """Why `ifname` may not be handed out (None if it may)."""
+    if ifname == "lo":
+        return "loopback"
+    if ifname in primary:
+        return "it holds the node's default route"
+    if naming.is_host_ifname(ifname):
+        return "it was created by this driver"
+    if not sysfs.matches(ifname, context.parent_interfaces):
+        return "it is not on the operator's allow-list (--parent-interfaces)"
+    return None
+
+
+def discover(context: HandlerContext) -> list[Device]:
+    """Every allowed interface as a `nic-<name>` device."""
+    fs = sysfs.Sysfs(context.sysfs_root)
+    primary = sysfs.default_route_interfaces(PROC)
+    devices = []
+    for ifname in fs.net_interfaces():
+        if not context.parent_interfaces or offered(context, ifname, primary) is not None:
+            continue
+        if fs.physfn(ifname):
+            continue  # SR-IOV VFs are published by the sriov-vf kind
+        attrs: dict[str, Any] = {"type": "netdev", "kind": KIND, "interfaceName": ifname}
+        for name, value in (
+            ("macAddress", fs.read("class", "net", ifname, "address")),
+            ("mtu", fs.read_int("class", "net", ifname, "mtu")),
+            ("pciAddress", fs.pci_address(ifname)),
+            ("numaNode", fs.numa_node(ifname)),
+            ("driver", fs.kernel_driver(ifname)),
+        ):
+            if value is not None:
+                attrs[name] = value
+        carrier = fs.read("class", "net", ifname, "carrier")
+        devices.append(
+            Device(
+                naming.published_device_name("nic", ifname),
+                attrs,
+                healthy=carrier != "0",
+                health_message="no carrier" if carrier == "0" else "",
+            )
+        )
+    return devices
+
+
+class HostDeviceHandler:
+    """Hands the allocated host interface to the container."""
+
+    type = "netdev"
+    kinds = (KIND,)
+
+    def schema(self, kind: str) -> Mapping[str, Any]:
+        """Common fields plus hostDevice (must name the allocated interface)."""
+        return common.schema({"hostDevice": common.PARENT})
+
+    def _ifname(self, req: DeviceRequest) -> str:
+        device = req.published
+        if device is None or device.kind != KIND:
+            raise ConfigError(
+                f"kind host-device needs a host interface device (nic-*), but the allocated "
+                f"device {req.device} is {device.kind if device else 'unknown'}; request the "
+                "network-devices class",
+                "$.kind",
+            )
+        ifname = str(device.attributes["interfaceName"])
+        wanted = req.config.get("hostDevice")
+        if wanted is not None and wanted != ifname:
+            raise ConfigError(
+                f"hostDevice {wanted} is not the allocated interface "
+                f"{ifname} (device {req.device})",
+                "$.hostDevice",
+            )
+        reason = offered(req.context, ifname, sysfs.default_route_interfaces(PROC))
+        if reason is not None:
+            raise DeviceError(f"interface {ifname} cannot be handed to a pod: {reason}")
+        return ifname
+
+    def validate(self, req: DeviceRequest) -> Validated:
+        """Allocated device is an allowed host interface; config names no other one."""
+        self._ifname(req)
+        return common.NetConfig.parse(req.config).validated()
+
+    def prepare(self, req: DeviceRequest) -> Prepared:
+        """Journal the interface's state, set it down, apply MTU/MAC/addresses."""
+        ifname = self._ifname(req)
+        cfg = common.NetConfig.parse(req.config)
+        undo, network_data = claimed.claim(req.journal, ifname, cfg)
+        return Prepared(
+            edits=common.net_devices_edit(ifname, cfg.interface_name),
+            undo=undo,
+            network_data=network_data,
+        )
+
+    def unprepare(self, undo: Mapping[str, Any]) -> None:
+        """Rename back and restore the interface once it is on the host again."""
+        claimed.release(undo)

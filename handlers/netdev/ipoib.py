@@ -1,0 +1,60 @@
+"""ipoib: an IPoIB child interface of an allowed InfiniBand parent, on a partition key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dradriver.errors import ConfigError
+from dradriver.hookspecs import DeviceRequest
+from handlers.netdev import common
+from handlers.netdev.virtual import VirtualLinkHandler
+
+FULL_MEMBERSHIP = 0x8000
+DEFAULT_PKEY = 0x7FFF
+ARPHRD_INFINIBAND = 32
+
+
+class IpoibHandler(VirtualLinkHandler):
+    """Creates an IPoIB child on `parent` with partition key `pkey` (full member)."""
+
+    kinds = ("ipoib",)
+
+    def schema(self, kind: str) -> Mapping[str, Any]:
+        """Common fields minus macAddress (20-byte IPoIB addresses), plus parent, pkey, mode."""
+        return common.schema(
+            {
+                "parent": common.PARENT,
+                "pkey": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 0xFFFF,
+                    "description": "partition key; the full-membership bit is always set",
+                },
+                "mode": {"enum": ["datagram", "connected"], "default": "datagram"},
+            },
+            required=["parent"],
+            drop=["macAddress"],
+        )
+
+    def check(self, req: DeviceRequest) -> None:
+        """The parent must be allowed, exist, and be an InfiniBand (IPoIB) interface."""
+        parent = common.require_allowed_parent(req, req.config["parent"])
+        link_type = common.link_type(req.context, parent.name)
+        if link_type is not None and link_type != ARPHRD_INFINIBAND:
+            raise ConfigError(
+                f"parent {parent.name} is not an IPoIB interface "
+                f"(link type {link_type}, not InfiniBand)",
+                "$.parent",
+            )
+
+    def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
+        """ipoib on the parent with the full-membership bit set on the pkey."""
+        parent = common.require_allowed_parent(req, req.config["parent"])
+        pkey = int(req.config.get("pkey", DEFAULT_PKEY)) | FULL_MEMBERSHIP
+        return {
+            "kind": "ipoib",
+            "link": parent.index,
+            "ipoib_pkey": pkey,
+            "ipoib_mode": req.config.get("mode", "datagram"),
+        }

@@ -1,0 +1,117 @@
+"""Sysfs readers for discovery, rooted at --sysfs-root so tests can use fabricated trees.
+
+Symlinks are read with readlink and never resolved against the real root, so a
+fabricated tree with the same relative links as the kernel's behaves the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_VIRTFN = re.compile(r"^virtfn(\d+)$")
+
+
+class Sysfs:
+    """Read-only access to one sysfs tree."""
+
+    def __init__(self, root: Path) -> None:
+        """Use the tree at `root` (normally /sys)."""
+        self.root = root
+
+    def read(self, *parts: str) -> str | None:
+        """A sysfs attribute as stripped text, or None when absent or unreadable."""
+        try:
+            return self.root.joinpath(*parts).read_text().strip()
+        except OSError:  # absent, or EINVAL for e.g. carrier of a down link
+            return None
+
+    def read_int(self, *parts: str) -> int | None:
+        """A sysfs attribute as an integer (decimal or 0x hex), or None."""
+        text = self.read(*parts)
+        try:
+            return int(text, 0) if text is not None else None
+        except ValueError:
+            return None
+
+    def link_name(self, *parts: str) -> str | None:
+        """The last component of a symlink's target, or None if it is not a symlink."""
+        try:
+            return self.root.joinpath(*parts).readlink().name
+        except OSError:
+            return None
+
+    def listdir(self, *parts: str) -> list[str]:
+        """Sorted entries of a directory, empty if it does not exist."""
+        with contextlib.suppress(OSError):
+            return sorted(p.name for p in self.root.joinpath(*parts).iterdir())
+        return []
+
+    # -- network interfaces ------------------------------------------------------------
+
+    def net_interfaces(self) -> list[str]:
+        """Every interface in class/net."""
+        return self.listdir("class", "net")
+
+    def pci_address(self, ifname: str) -> str | None:
+        """The PCI address behind an interface, None for virtual ones."""
+        address = self.link_name("class", "net", ifname, "device")
+        return address if address and _PCI_ADDRESS.match(address) else None
+
+    def numa_node(self, ifname: str) -> int | None:
+        """The NUMA node of an interface's device, None if unknown (-1 or absent)."""
+        node = self.read_int("class", "net", ifname, "device", "numa_node")
+        return node if node is not None and node >= 0 else None
+
+    def kernel_driver(self, ifname: str) -> str | None:
+        """The kernel driver bound to an interface's device."""
+        return self.link_name("class", "net", ifname, "device", "driver")
+
+    def physfn(self, ifname: str) -> str | None:
+        """For an SR-IOV VF interface, the PCI address of its physical function."""
+        return self.link_name("class", "net", ifname, "device", "physfn")
+
+    def virtfns(self, pf_pci: str) -> dict[int, str]:
+        """VF index -> VF PCI address of a physical function."""
+        out = {}
+        for entry in self.listdir("bus", "pci", "devices", pf_pci):
+            match = _VIRTFN.match(entry)
+            target = self.link_name("bus", "pci", "devices", pf_pci, entry) if match else None
+            if match and target:
+                out[int(match[1])] = target
+        return out
+
+    def pci_netdevs(self, pci: str) -> list[str]:
+        """Interfaces of a PCI function (bus/pci/devices/<pci>/net/*)."""
+        return self.listdir("bus", "pci", "devices", pci, "net")
+
+    def pci_numa_node(self, pci: str) -> int | None:
+        """The NUMA node of a PCI function, None if unknown."""
+        node = self.read_int("bus", "pci", "devices", pci, "numa_node")
+        return node if node is not None and node >= 0 else None
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether `name` matches one of the operator's glob patterns."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def default_route_interfaces(proc: Path = Path("/proc")) -> set[str]:
+    """Interfaces holding a default route (IPv4 or IPv6): the node's primary interfaces."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for line in (proc / "net" / "route").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 2 and fields[1] == "00000000" and fields[7] == "00000000":
+                found.add(fields[0])
+    with contextlib.suppress(OSError):
+        for line in (proc / "net" / "ipv6_route").read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 10 and fields[0] == "0" * 32 and fields[1] == "00":
+                found.add(fields[9])
+    found.discard("lo")
+    return found
