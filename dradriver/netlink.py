@@ -38,6 +38,7 @@ class Link:
     address: str | None
     up: bool
     master: int | None
+    link_type: int  # ARPHRD_*: 1 Ethernet, 32 InfiniBand
 
 
 def ipr() -> Any:
@@ -81,6 +82,7 @@ def _to_link(msg: Any) -> Link:
         address=msg.get("address"),
         up=bool(msg["flags"] & 1),
         master=msg.get("master"),
+        link_type=msg["ifi_type"],
     )
 
 

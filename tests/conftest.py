@@ -19,7 +19,11 @@ _baseline: dict[str, set[str]] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "kind(name): exercises the handler of one device kind")
+    config.addinivalue_line(
+        "markers",
+        "kind(name, fabricated=False): exercises the handler of one device kind; "
+        "fabricated=True when the hardware side is a fabricated sysfs tree",
+    )
 
 
 def _host_links() -> set[str]:
@@ -52,23 +56,33 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call" or (report.when == "setup" and report.skipped):
         outcome = "passed" if report.passed else "skipped" if report.skipped else "failed"
         for kind in item.iter_markers("kind"):
-            _kinds[kind.args[0]][outcome].add(item.nodeid)
+            fake = "fabricated-" if kind.kwargs.get("fabricated") else ""
+            _kinds[kind.args[0]][fake + outcome].add(item.nodeid)
     return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per device kind: exercised for real, on fabricated sysfs only, or skipped."""
     if not _kinds:
         return
     tr = terminalreporter
     tr.section("device kinds")
-    real = sorted(k for k, o in _kinds.items() if o["passed"] or o["failed"])
-    skipped = sorted(k for k, o in _kinds.items() if not (o["passed"] or o["failed"]))
-    for kind in real:
+    for kind in sorted(_kinds):
         o = _kinds[kind]
-        tr.write_line(f"exercised for real: {kind:<12} {len(o['passed'])} passed, "
-                      f"{len(o['failed'])} failed, {len(o['skipped'])} skipped")
-    for kind in skipped:
-        tr.write_line(f"skipped:            {kind:<12} {_skip_reasons.get(kind, 'skipped')}")
+        real = len(o["passed"]) + len(o["failed"])
+        fabricated = len(o["fabricated-passed"]) + len(o["fabricated-failed"])
+        failed = len(o["failed"]) + len(o["fabricated-failed"])
+        if real:
+            line = f"exercised for real ({real} tests, {fabricated} on fabricated sysfs)"
+        elif fabricated:
+            line = f"no real device here: {fabricated} tests on fabricated sysfs or validation"
+            if kind in _skip_reasons:
+                line += f"; real test skipped: {_skip_reasons[kind]}"
+        else:
+            line = f"skipped: {_skip_reasons.get(kind, 'every test skipped')}"
+        if failed:
+            line += f", {failed} FAILED"
+        tr.write_line(f"{kind:<12} {line}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

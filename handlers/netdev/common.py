@@ -10,14 +10,7 @@ from typing import Any
 
 from dradriver import naming, netlink
 from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import (
-    VIRTUAL_KIND,
-    DeviceRequest,
-    HandlerContext,
-    NetworkData,
-    Validated,
-)
-from handlers import sysfs
+from dradriver.hookspecs import VIRTUAL_KIND, DeviceRequest, NetworkData, Validated
 
 DEFAULT_INTERFACE_NAME = "eth1"
 # Container interface names: 1-15 ASCII bytes, no '/', ':' or white space; not lo, ., ..
@@ -170,8 +163,3 @@ def delete_own(names: Sequence[str], alias: str) -> None:
         link = netlink.find(name)
         if link is not None and link.alias in (alias, None, ""):
             netlink.delete(name)
-
-
-def link_type(context: HandlerContext, ifname: str) -> int | None:
-    """ARPHRD_* link type of an interface from sysfs (1 Ethernet, 32 InfiniBand)."""
-    return sysfs.Sysfs(context.sysfs_root).read_int("class", "net", ifname, "type")

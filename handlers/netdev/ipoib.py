@@ -40,11 +40,10 @@ class IpoibHandler(VirtualLinkHandler):
     def check(self, req: DeviceRequest) -> None:
         """The parent must be allowed, exist, and be an InfiniBand (IPoIB) interface."""
         parent = common.require_allowed_parent(req, req.config["parent"])
-        link_type = common.link_type(req.context, parent.name)
-        if link_type is not None and link_type != ARPHRD_INFINIBAND:
+        if parent.link_type != ARPHRD_INFINIBAND:
             raise ConfigError(
-                f"parent {parent.name} is not an IPoIB interface "
-                f"(link type {link_type}, not InfiniBand)",
+                f"parent {parent.name} is not an IPoIB interface (link type "
+                f"{parent.link_type}, not InfiniBand {ARPHRD_INFINIBAND})",
                 "$.parent",
             )
 

@@ -6,8 +6,6 @@ namespace is destroyed the kernel hands a physical NIC back under its container 
 a veth would die instead, so the tests move it back the way the kernel would.
 """
 
-import os
-
 import pytest
 
 from dradriver.errors import DriverError
@@ -16,7 +14,7 @@ from handlers.netdev import hostdevice, sriov
 from tests.support import netns
 from tests.support.fakesys import FakeSys
 from tests.support.handlers import context, net_device, prepare
-from tests.support.runtime import links_in, move_like_runc, seen_in
+from tests.support.runtime import links_in, move_like_runc, return_to_host, seen_in
 
 pytestmark = pytest.mark.root
 
@@ -46,16 +44,6 @@ def _original(host):
         1500, "02:aa:00:00:00:07", True, ["192.0.2.7/24"])
 
 
-def _return_to_host(pod, host, name):
-    """What the kernel does with a physical NIC when the pod namespace is destroyed."""
-    fd = netns.fd(host)
-    try:
-        with netns.inside(pod):
-            netns.ip(pod, "link", "set", name, "netns", f"/proc/{os.getpid()}/fd/{fd}")
-    finally:
-        os.close(fd)
-
-
 PARAMS = {"type": "netdev", "netdev": {"kind": "host-device", "interfaceName": "net1",
                                        "mtu": 1400, "macAddress": "02:bb:00:00:00:01",
                                        "ipAddresses": ["10.30.0.2/24"]}}
@@ -79,7 +67,7 @@ def test_host_device_round_trip_through_a_pod(host, pod, returned_as):
         handler.unprepare(prepared.undo)  # the pod namespace still holds it: retry later
     if returned_as != "net1":
         netns.ip(pod, "link", "set", "net1", "name", returned_as)
-    _return_to_host(pod, host, returned_as)
+    return_to_host(pod, host, returned_as)
     handler.unprepare(prepared.undo)
     _original(host)
 
@@ -116,7 +104,7 @@ def test_host_device_never_takes_the_primary_interface(host):
         prepare({"type": "netdev", "netdev": {"kind": "host-device"}}, device=NIC, ctx=CTX)
 
 
-@pytest.mark.kind("host-device")
+@pytest.mark.kind("host-device", fabricated=True)
 def test_discovery_offers_only_allowed_non_primary_interfaces(tmp_path, in_ns):
     fs = FakeSys(tmp_path)
     fs.nic("eth0", "0000:00:03.0")
@@ -151,7 +139,7 @@ def sriov_host(in_ns, tmp_path):
     return in_ns, context(sysfs_root=tmp_path, sriov_pfs=("pf*",))
 
 
-@pytest.mark.kind("sriov-vf")
+@pytest.mark.kind("sriov-vf", fabricated=True)
 def test_vf_discovery_publishes_each_netdev_vf_of_allowed_pfs(sriov_host):
     _, ctx = sriov_host
     devices = sriov.discover(ctx)
@@ -163,7 +151,7 @@ def test_vf_discovery_publishes_each_netdev_vf_of_allowed_pfs(sriov_host):
     assert sriov.discover(context(sysfs_root=ctx.sysfs_root)) == []
 
 
-@pytest.mark.kind("sriov-vf")
+@pytest.mark.kind("sriov-vf", fabricated=True)
 def test_vf_without_vf_index_is_the_allocated_one_not_vf0(sriov_host, pod):
     host, ctx = sriov_host
     vf1 = sriov.discover(ctx)[1]
@@ -173,12 +161,12 @@ def test_vf_without_vf_index_is_the_allocated_one_not_vf0(sriov_host, pod):
     assert net_device(prepared) == ("pf0v1", "net1")
     move_like_runc("pf0v1", "net1", pod)
     assert seen_in(pod, "net1").mtu == 1400
-    _return_to_host(pod, host, "net1")
+    return_to_host(pod, host, "net1")
     handler.unprepare(prepared.undo)
     assert "pf0v1" in {ln["name"] for ln in links_in(host)}
 
 
-@pytest.mark.kind("sriov-vf")
+@pytest.mark.kind("sriov-vf", fabricated=True)
 @pytest.mark.parametrize("params,message", [
     ({"vfIndex": 0}, "vfIndex 0 is not the allocated VF 1"),
     ({"parent": "pf9"}, "parent pf9 is not the PF pf0"),

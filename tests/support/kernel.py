@@ -23,6 +23,10 @@ def missing(feature: str) -> str | None:
     """None if the kernel has `feature`, else the reason it is missing."""
     if feature == "rdma":
         return _missing_rdma()
+    if feature == "infiniband":
+        return None if infiniband_port() else (
+            "no InfiniBand port on this machine (IPoIB needs an InfiniBand link layer; "
+            "soft-RoCE is Ethernet)")
     if feature not in _LINK_SETUP:
         return f"unknown kernel feature {feature}"
     subprocess.run(["modprobe", "-q", feature], capture_output=True, check=False)
@@ -45,4 +49,12 @@ def _missing_rdma() -> str | None:
         return "the running kernel has no RDMA (module rdma_rxe for soft-RoCE is missing)"
     if shutil.which("rdma") is None:
         return "the rdma tool (iproute2) is missing"
+    return None
+
+
+def infiniband_port() -> str | None:
+    """A host interface with the InfiniBand link type (ARPHRD_INFINIBAND = 32), if any."""
+    for iface in sorted(Path("/sys/class/net").iterdir()):
+        if (iface / "type").read_text().strip() == "32":
+            return iface.name
     return None

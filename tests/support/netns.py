@@ -67,3 +67,8 @@ def ip(name: str, *args: str) -> str:
     """`ip -n <name> ...` output; raises on failure."""
     return subprocess.run(["ip", "-n", name, *args], check=True, capture_output=True,
                           text=True).stdout
+
+
+def ip_host(*args: str) -> str:
+    """`ip ...` in the host namespace; raises on failure."""
+    return subprocess.run(["ip", *args], check=True, capture_output=True, text=True).stdout

@@ -78,3 +78,14 @@ def links_in(ns: str) -> list[dict[str, Any]]:
     with netns.inside(ns), IPRoute() as ipr:
         return [{"name": m.get("ifname"), "alias": m.get("IFLA_IFALIAS")}
                 for m in ipr.get_links() if m.get("ifname") != "lo"]
+
+
+def return_to_host(pod_ns: str, host_ns: str, name: str) -> None:
+    """What the kernel does with a physical NIC when the pod's namespace is destroyed:
+    it goes back to the host namespace under its current (container) name. A veth
+    standing in for a NIC would die instead, so tests move it back explicitly."""
+    fd = netns.fd(host_ns)
+    try:
+        netns.ip(pod_ns, "link", "set", name, "netns", f"/proc/{os.getpid()}/fd/{fd}")
+    finally:
+        os.close(fd)
