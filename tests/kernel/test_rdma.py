@@ -1,8 +1,11 @@
 """RDMA uverbs and RoCE combo: fabricated sysfs everywhere, a real soft-RoCE device where
 the kernel has rdma_rxe (the kernel-VM tier)."""
 
+import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -140,3 +143,86 @@ def test_roce_rolls_back_when_the_netdev_half_fails(fabricated, in_ns):
     # veth3 does not exist in this namespace: the netdev half fails after the RDMA half.
     with pytest.raises(DriverError, match="host interface veth3 does not exist"):
         prepare({"type": "combo"}, device=_device(fabricated, "rxe0"), ctx=fabricated)
+
+
+# -- a real soft-RoCE device (rdma_rxe), where the kernel has it ------------------------------
+
+
+@pytest.fixture
+def rxe(in_ns):
+    """A real rxe device on veth end r0 (up, with an address), in the test namespace."""
+    netns.ip(in_ns, "link", "add", "r0", "type", "veth", "peer", "name", "r1")
+    netns.ip(in_ns, "addr", "add", "10.50.0.1/24", "dev", "r0")
+    for end in ("r0", "r1"):
+        netns.ip(in_ns, "link", "set", end, "up")
+    name = f"rxe{os.getpid() % 10000}"
+    subprocess.run(["ip", "netns", "exec", in_ns, "rdma", "link", "add", name, "type", "rxe",
+                    "netdev", "r0"], check=True, capture_output=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "exec", in_ns, "rdma", "link", "delete", name],
+                       capture_output=True, check=False)
+
+
+def _real_ctx():
+    return context(parent_interfaces=("r0",))
+
+
+@pytest.mark.kind("uverbs")
+@pytest.mark.kernel("rdma")
+def test_real_rxe_is_discovered_with_its_uverbs_and_netdev(rxe):
+    dev = _device(_real_ctx(), rxe)
+    assert dev.attributes["uverbs"].startswith("uverbs")
+    assert (dev.attributes["netdev"], dev.attributes["linkLayer"]) == ("r0", "Ethernet")
+    assert dev.attributes["roce"] is True and dev.healthy
+
+
+@pytest.mark.kind("uverbs")
+@pytest.mark.kernel("rdma")
+def test_real_rxe_is_published_by_dra_driver_discover(rxe, in_ns):
+    out = subprocess.run(
+        ["ip", "netns", "exec", in_ns, sys.executable, "-m", "dradriver", "discover",
+         "--node-name", "node-a", "--parent-interfaces", "r0", "-o", "json"],
+        check=True, capture_output=True, text=True).stdout
+    found = [d for s in json.loads(out)["items"] for d in s["spec"]["devices"]
+             if d["attributes"].get("rdmaDevice", {}).get("string") == rxe]
+    assert len(found) == 1, out
+    attrs = found[0]["attributes"]
+    assert attrs["netdev"] == {"string": "r0"} and attrs["roce"] == {"bool": True}
+    assert attrs["uverbs"]["string"].startswith("uverbs")
+
+
+@pytest.mark.kind("uverbs")
+@pytest.mark.kernel("rdma")
+def test_real_rxe_uverbs_nodes_exist_and_are_handed_over(rxe):
+    handler, _, prepared = prepare({"type": "rdma"}, device=_device(_real_ctx(), rxe),
+                                   ctx=_real_ctx())
+    nodes = prepared.edits["deviceNodes"]
+    assert nodes[0]["path"].startswith("/dev/infiniband/uverbs") and "hostPath" not in nodes[0]
+    for node in nodes:
+        assert stat.S_ISCHR(os.stat(node["path"]).st_mode)
+    assert f"DRA_RDMA_DEVICE={rxe}" in prepared.edits["env"]
+    handler.unprepare(prepared.undo)
+
+
+@pytest.mark.kind("roce")
+@pytest.mark.kernel("rdma")
+def test_real_roce_moves_the_rxe_netdev_and_gives_it_back(rxe, in_ns):
+    pod = netns.create("pod")
+    try:
+        handler, _, prepared = prepare(
+            {"type": "combo", "combo": {"kind": "roce", "netdev": {
+                "interfaceName": "roce0", "ipAddresses": ["10.60.0.2/24"], "mtu": 1400}}},
+            device=_device(_real_ctx(), rxe), ctx=_real_ctx())
+        assert net_device(prepared) == ("r0", "roce0")
+        move_like_runc("r0", "roce0", pod)
+        seen = seen_in(pod, "roce0")
+        assert seen.mtu == 1400 and sorted(seen.addresses) == ["10.50.0.1/24", "10.60.0.2/24"]
+        assert devices.read(devices.sysfs.Sysfs(_real_ctx().sysfs_root), rxe).uverbs
+        return_to_host(pod, in_ns, "roce0")
+    finally:
+        netns.delete(pod)
+    handler.unprepare(prepared.undo)
+    seen = seen_in(in_ns, "r0")
+    assert (seen.mtu, seen.addresses) == (1500, ["10.50.0.1/24"])

@@ -1,0 +1,79 @@
+"""Prometheus metrics of the running daemon, and the CLI subcommands."""
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from tests.integration.helpers import answer, veth_claim
+from tests.support import netns
+from tests.support.fakesys import FakeSys
+
+CLI = [sys.executable, "-m", "dradriver"]
+
+
+def _run(*args, stdin=None):
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True,
+                          check=False)
+
+
+@pytest.mark.root
+@pytest.mark.kind("veth")
+def test_metrics_count_prepares_and_prepared_claims(api, start_driver):
+    fake, _ = api
+    d = start_driver("--metrics-addr", "127.0.0.1:9464")
+    claim = veth_claim()
+    fake.add_claim(claim)
+    assert answer(d.prepare([claim]), claim).error == ""
+    with netns.inside(d.ns):
+        text = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=5).read().decode()
+    assert 'dra_driver_operations_total{operation="prepare",result="success"} 1.0' in text
+    assert "dra_driver_prepared_claims 1.0" in text
+    assert 'dra_driver_operation_seconds_count{operation="prepare"} 1.0' in text
+    d.unprepare([claim])
+
+
+def test_schema_command_prints_a_valid_schema():
+    out = _run("schema")
+    assert out.returncode == 0
+    Draft202012Validator.check_schema(json.loads(out.stdout))
+
+
+def test_handlers_command_lists_every_kind_and_plugin():
+    out = _run("handlers").stdout.split()
+    for pair in ("netdev/veth", "netdev/macvlan", "netdev/ipvlan", "netdev/dummy",
+                 "netdev/host-device", "netdev/sriov-vf", "netdev/ipoib", "rdma/uverbs",
+                 "combo/roce"):
+        assert pair in out
+
+
+def test_validate_config_exit_codes_and_every_error(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("type: netdev\nnetdev: {kind: dummy, interfaceName: net1}\n")
+    assert _run("validate-config", str(good)).returncode == 0
+    bad = _run("validate-config", "-", stdin='{"type": "netdev", "netdev": '
+               '{"kind": "macvlan", "mtu": 1, "x": 1}}')
+    assert bad.returncode == 1
+    assert "-: $.netdev: 'parent' is a required property" in bad.stderr
+    assert "-: $.netdev.mtu:" in bad.stderr and "-: $.netdev.x: unknown field" in bad.stderr
+    assert _run("validate-config", "-", stdin="{not yaml").returncode == 1
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_discover_prints_what_a_node_with_this_hardware_publishes(tmp_path, fmt):
+    fs = FakeSys(tmp_path)
+    fs.nic("ens1f0", "0000:3b:00.0")
+    fs.sriov("ens2f0", "0000:5e:00.0", {0: ("0000:5e:00.2", "ens2f0v0")})
+    fs.rdma("mlx5_0", pci="0000:3b:00.0", uverbs=0, netdev="ens1f0")
+    out = _run("discover", "--node-name", "node-a", "--sysfs-root", str(tmp_path),
+               "--parent-interfaces", "ens1f0", "--sriov-pfs", "ens2f0", "-o", fmt)
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load(out.stdout) if fmt == "yaml" else json.loads(out.stdout)
+    [s] = doc["items"]
+    kinds = {d["name"]: d["attributes"]["kind"]["string"] for d in s["spec"]["devices"]}
+    assert sorted(kinds.values()) == ["host-device", "sriov-vf", "uverbs", "virtual"]
+    assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
