@@ -17,6 +17,11 @@ _kinds: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
 _skip_reasons: dict[str, str] = {}
 _baseline: dict[str, set[str]] = {}
 
+# Inside the kernel-VM tier (hack/vm/run.py sets DRA_KERNEL_VM=1) these features must be
+# there: a skip would hide exactly what the tier exists to prove.
+IN_KERNEL_VM = os.environ.get("DRA_KERNEL_VM") == "1"
+VM_FEATURES = {"veth", "macvlan", "ipvlan", "dummy", "bridge", "rdma"}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -44,6 +49,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if os.geteuid() != 0:
             pytest.skip("needs root to probe kernel features")
         reason = kernel.missing(mark.args[0])
+        if reason and IN_KERNEL_VM and mark.args[0] in VM_FEATURES:
+            pytest.fail(f"the kernel-VM tier must exercise {mark.args[0]}: {reason}")
         if reason:
             for kind in item.iter_markers("kind"):
                 _skip_reasons[kind.args[0]] = reason
