@@ -101,7 +101,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left_ns or left_links or left_procs:
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
             f"LEFTOVERS after the test session: namespaces={left_ns} links={left_links} "
-            f"driver pids={left_procs}", red=True)
+            f"driver pids={left_procs}",
+            red=True,
+        )
         for ns in left_ns:
             netns.delete(ns)
         for link in left_links:

@@ -12,14 +12,26 @@ from tests.support.fakeapi import allocated_claim, opaque
 from tests.support.runtime import links_in
 
 
-def veth_claim(name: str = "c1", *, interface: str = "net1", extra: dict[str, Any] | None = None,
-               request: str = "nic", pods: list[str] | None = None) -> dict[str, Any]:
+def veth_claim(
+    name: str = "c1",
+    *,
+    interface: str = "net1",
+    extra: dict[str, Any] | None = None,
+    request: str = "nic",
+    pods: list[str] | None = None,
+) -> dict[str, Any]:
     """A claim allocated on the shared virtual device with a veth config."""
     netdev = {"kind": "veth", "interfaceName": interface, **(extra or {})}
     return allocated_claim(
         name,
-        [{"request": request, "pool": "node-a", "device": "netdev-virtual",
-          "shareID": str(uuid.uuid4())}],
+        [
+            {
+                "request": request,
+                "pool": "node-a",
+                "device": "netdev-virtual",
+                "shareID": str(uuid.uuid4()),
+            }
+        ],
         config=[opaque({"type": "netdev", "netdev": netdev})],
         pods=pods,
     )

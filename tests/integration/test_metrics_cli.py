@@ -17,8 +17,7 @@ CLI = [sys.executable, "-m", "dradriver"]
 
 
 def _run(*args, stdin=None):
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True,
-                          check=False)
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, check=False)
 
 
 @pytest.mark.root
@@ -45,9 +44,17 @@ def test_schema_command_prints_a_valid_schema():
 
 def test_handlers_command_lists_every_kind_and_plugin():
     out = _run("handlers").stdout.split()
-    for pair in ("netdev/veth", "netdev/macvlan", "netdev/ipvlan", "netdev/dummy",
-                 "netdev/host-device", "netdev/sriov-vf", "netdev/ipoib", "rdma/uverbs",
-                 "combo/roce"):
+    for pair in (
+        "netdev/veth",
+        "netdev/macvlan",
+        "netdev/ipvlan",
+        "netdev/dummy",
+        "netdev/host-device",
+        "netdev/sriov-vf",
+        "netdev/ipoib",
+        "rdma/uverbs",
+        "combo/roce",
+    ):
         assert pair in out
 
 
@@ -55,8 +62,11 @@ def test_validate_config_exit_codes_and_every_error(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("type: netdev\nnetdev: {kind: dummy, interfaceName: net1}\n")
     assert _run("validate-config", str(good)).returncode == 0
-    bad = _run("validate-config", "-", stdin='{"type": "netdev", "netdev": '
-               '{"kind": "macvlan", "mtu": 1, "x": 1}}')
+    bad = _run(
+        "validate-config",
+        "-",
+        stdin='{"type": "netdev", "netdev": {"kind": "macvlan", "mtu": 1, "x": 1}}',
+    )
     assert bad.returncode == 1
     assert "-: $.netdev: 'parent' is a required property" in bad.stderr
     assert "-: $.netdev.mtu:" in bad.stderr and "-: $.netdev.x: unknown field" in bad.stderr
@@ -69,8 +79,19 @@ def test_discover_prints_what_a_node_with_this_hardware_publishes(tmp_path, fmt)
     fs.nic("ens1f0", "0000:3b:00.0")
     fs.sriov("ens2f0", "0000:5e:00.0", {0: ("0000:5e:00.2", "ens2f0v0")})
     fs.rdma("mlx5_0", pci="0000:3b:00.0", uverbs=0, netdev="ens1f0")
-    out = _run("discover", "--node-name", "node-a", "--sysfs-root", str(tmp_path),
-               "--parent-interfaces", "ens1f0", "--sriov-pfs", "ens2f0", "-o", fmt)
+    out = _run(
+        "discover",
+        "--node-name",
+        "node-a",
+        "--sysfs-root",
+        str(tmp_path),
+        "--parent-interfaces",
+        "ens1f0",
+        "--sriov-pfs",
+        "ens2f0",
+        "-o",
+        fmt,
+    )
     assert out.returncode == 0, out.stderr
     doc = yaml.safe_load(out.stdout) if fmt == "yaml" else json.loads(out.stdout)
     [s] = doc["items"]

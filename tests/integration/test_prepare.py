@@ -76,7 +76,11 @@ def test_status_devices_carry_ready_and_network_data(api, start_driver):
     [entry] = fake.claim("default", "c1")["status"]["devices"]
     result = claim["status"]["allocation"]["devices"]["results"][0]
     assert (entry["driver"], entry["pool"], entry["device"], entry["shareID"]) == (
-        "dra.example.com", "node-a", "netdev-virtual", result["shareID"])
+        "dra.example.com",
+        "node-a",
+        "netdev-virtual",
+        result["shareID"],
+    )
     assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
     nd = entry["networkData"]
     assert nd["interfaceName"] == "net1" and nd["ips"] == ["10.9.0.2/24", "fd00::2/64"]
@@ -122,14 +126,29 @@ def test_failure_half_way_undoes_the_claims_earlier_devices(api, start_driver, n
     fake, _ = api
     claim = allocated_claim(
         "two",
-        [{"request": "a", "pool": "node-a", "device": "netdev-virtual", "shareID": "s1"},
-         {"request": "b", "pool": "node-a", "device": "netdev-virtual", "shareID": "s2"}],
-        config=[opaque({"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "net1"}},
-                       requests=["a"]),
-                # A multicast MAC passes the schema but the kernel refuses it at prepare.
-                opaque({"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "net2",
-                                                     "macAddress": "01:00:5e:00:00:01"}},
-                       requests=["b"])])
+        [
+            {"request": "a", "pool": "node-a", "device": "netdev-virtual", "shareID": "s1"},
+            {"request": "b", "pool": "node-a", "device": "netdev-virtual", "shareID": "s2"},
+        ],
+        config=[
+            opaque(
+                {"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "net1"}},
+                requests=["a"],
+            ),
+            # A multicast MAC passes the schema but the kernel refuses it at prepare.
+            opaque(
+                {
+                    "type": "netdev",
+                    "netdev": {
+                        "kind": "veth",
+                        "interfaceName": "net2",
+                        "macAddress": "01:00:5e:00:00:01",
+                    },
+                },
+                requests=["b"],
+            ),
+        ],
+    )
     fake.add_claim(claim)
     d = start_driver()
     err = answer(d.prepare([claim]), claim).error
@@ -145,8 +164,9 @@ def test_unprepare_of_unknown_claim_succeeds(start_driver):
 
 def test_claim_for_another_driver_only_prepares_nothing(api, start_driver, ns):
     fake, _ = api
-    claim = allocated_claim("gpu", [{"request": "g", "pool": "node-a", "device": "gpu0",
-                                     "driver": "gpu.example.com"}])
+    claim = allocated_claim(
+        "gpu", [{"request": "g", "pool": "node-a", "device": "gpu0", "driver": "gpu.example.com"}]
+    )
     fake.add_claim(claim)
     d = start_driver()
     got = answer(d.prepare([claim]), claim)
@@ -161,22 +181,24 @@ def _bad(fake, claim, **changes):
     return claim
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("replaced", "replaced: the API has UID"),
-    ("unallocated", "not allocated"),
-    ("missing", "not found in the API server"),
-    ("bad-uid", "invalid claim UID"),
-    ("other-pool", "is in pool node-b, but this node publishes pool node-a"),
-    ("unknown-device", "device nic-eth9 is not published by this node"),
-    ("unknown-kind", "$.netdev.kind: 'tap' is not one of"),
-    ("no-parent", "'parent' is a required property"),
-    ("parent-not-allowed", "eth0 is not on the operator's list of parent interfaces"),
-    ("bad-cidr", "$.netdev.ipAddresses[0]"),
-    ("long-name", "$.netdev.interfaceName"),
-    ("bad-mode", "$.netdev.mode"),
-])
-def test_bad_input_gives_a_clear_error_and_leaves_nothing(api, start_driver, ns, case,
-                                                          expected):
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("replaced", "replaced: the API has UID"),
+        ("unallocated", "not allocated"),
+        ("missing", "not found in the API server"),
+        ("bad-uid", "invalid claim UID"),
+        ("other-pool", "is in pool node-b, but this node publishes pool node-a"),
+        ("unknown-device", "device nic-eth9 is not published by this node"),
+        ("unknown-kind", "$.netdev.kind: 'tap' is not one of"),
+        ("no-parent", "'parent' is a required property"),
+        ("parent-not-allowed", "eth0 is not on the operator's list of parent interfaces"),
+        ("bad-cidr", "$.netdev.ipAddresses[0]"),
+        ("long-name", "$.netdev.interfaceName"),
+        ("bad-mode", "$.netdev.mode"),
+    ],
+)
+def test_bad_input_gives_a_clear_error_and_leaves_nothing(api, start_driver, ns, case, expected):
     fake, _ = api
     netdev = {"kind": "veth", "interfaceName": "net1"}
     results = [{"request": "nic", "pool": "node-a", "device": "netdev-virtual", "shareID": "s"}]

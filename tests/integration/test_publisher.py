@@ -34,7 +34,10 @@ def test_slice_is_owned_by_the_node_in_a_pool_named_after_it(api, start_driver):
     assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
     [owner] = s["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == (
-        "Node", "node-a", fake.nodes["node-a"]["metadata"]["uid"])
+        "Node",
+        "node-a",
+        fake.nodes["node-a"]["metadata"]["uid"],
+    )
     dev = s["spec"]["devices"][0]
     assert dev["allowMultipleAllocations"] is True
     assert dev["capacity"]["slots"]["value"] == "128"
@@ -50,8 +53,7 @@ def test_unchanged_pool_is_not_rewritten_and_a_deleted_one_is_healed(api, start_
     with fake.lock:  # the kubelet deletes a driver's slices when it re-registers
         fake.slices.clear()
     d.notify(True)
-    [healed] = _wait("the slice again", lambda: list(fake.slices.values()), timeout=5,
-                     log=d.log)
+    [healed] = _wait("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
     assert healed["spec"]["pool"]["generation"] == 1
 
 
@@ -63,9 +65,11 @@ def test_dropped_consumable_capacity_falls_back_to_single_devices(api, start_dri
     assert sorted(_devices(fake)) == [f"netdev-virtual-{i}" for i in range(4)]
     lines = [ln for ln in d.log().splitlines() if "dropped consumable-capacity" in ln]
     assert len(lines) == 1 and "DRAConsumableCapacity" in lines[0]
-    claim = allocated_claim("c", [{"request": "nic", "pool": "node-a",
-                                   "device": "netdev-virtual-2"}],
-                            config=[opaque({"type": "netdev", "netdev": {"kind": "veth"}})])
+    claim = allocated_claim(
+        "c",
+        [{"request": "nic", "pool": "node-a", "device": "netdev-virtual-2"}],
+        config=[opaque({"type": "netdev", "netdev": {"kind": "veth"}})],
+    )
     fake.add_claim(claim)
     assert answer(d.prepare([claim]), claim).error == ""
     d.unprepare([claim])

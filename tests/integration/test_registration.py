@@ -26,8 +26,11 @@ def test_get_info_answers_what_the_kubelet_validates(start_driver):
     assert info.type == "DRAPlugin"
     assert info.name == "dra.example.com"
     assert info.endpoint == str(d.service_socket) and info.endpoint.startswith("/")
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin",
-                                             "v1alpha1.DRAResourceHealth"]
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin",
+        "v1beta1.DRAPlugin",
+        "v1alpha1.DRAResourceHealth",
+    ]
 
 
 def test_registration_socket_appears_only_when_service_is_serving(start_driver):
@@ -40,7 +43,8 @@ def test_registration_socket_appears_only_when_service_is_serving(start_driver):
     with grpc.insecure_channel(f"unix://{d.service_socket}") as ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(
             health_pb2.HealthCheckRequest(service="k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"),
-            timeout=5)
+            timeout=5,
+        )
     assert resp.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -72,7 +76,8 @@ def test_health_stream_reports_published_devices(start_driver):
     d = start_driver()
     with grpc.insecure_channel(f"unix://{d.service_socket}") as ch:
         stream = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
-            health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=10)
+            health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=10
+        )
         first = next(stream)
         stream.cancel()
     devices = {(h.device.pool_name, h.device.device_name): h.health for h in first.devices}

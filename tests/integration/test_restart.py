@@ -92,12 +92,30 @@ def test_interrupted_prepare_journal_is_rolled_back_at_start(api, start_driver, 
     netns.ip(ns, "link", "set", name, "alias", naming.ifalias(uid, key))
     state = droot / "cdi" / "dra.example.com-state"
     state.mkdir(parents=True)
-    (state / f"{uid}.alloc.json").write_text(json.dumps({
-        "version": 1, "claim": {"namespace": "default", "name": "c", "uid": uid},
-        "phase": "preparing", "podUIDs": [], "cdiSpecs": [], "answer": [],
-        "devices": [{"key": key, "request": "nic", "pool": "node-a", "device": "nic-x",
-                     "share_id": None, "type": "netdev", "kind": "veth",
-                     "undo": {"interfaces": [name], "alias": naming.ifalias(uid, key)}}]}))
+    (state / f"{uid}.alloc.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "claim": {"namespace": "default", "name": "c", "uid": uid},
+                "phase": "preparing",
+                "podUIDs": [],
+                "cdiSpecs": [],
+                "answer": [],
+                "devices": [
+                    {
+                        "key": key,
+                        "request": "nic",
+                        "pool": "node-a",
+                        "device": "nic-x",
+                        "share_id": None,
+                        "type": "netdev",
+                        "kind": "veth",
+                        "undo": {"interfaces": [name], "alias": naming.ifalias(uid, key)},
+                    }
+                ],
+            }
+        )
+    )
     d = start_driver()
     assert "rolling back interrupted prepare" in d.log()
     nothing_left(ns, d)

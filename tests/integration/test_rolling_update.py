@@ -50,8 +50,10 @@ def test_calls_are_serialised_across_instances(api, start_driver, ns):
         return result
 
     fake.handle = timed
-    threads = [threading.Thread(target=inst.prepare, args=([c],))
-               for inst, c in zip([a, b, a, b], claims, strict=True)]
+    threads = [
+        threading.Thread(target=inst.prepare, args=([c],))
+        for inst, c in zip([a, b, a, b], claims, strict=True)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -15,18 +15,26 @@ pytestmark = [pytest.mark.root]
 def test_ipoib_refuses_a_parent_that_is_not_infiniband(in_ns):
     netns.ip(in_ns, "link", "add", "ib0", "type", "veth", "peer", "name", "x0")
     with pytest.raises(DriverError, match="ib0 is not an IPoIB interface"):
-        prepare({"type": "netdev", "netdev": {"kind": "ipoib", "parent": "ib0", "pkey": 0x10}},
-                ctx=context(virtual_parents=("ib*",)))
+        prepare(
+            {"type": "netdev", "netdev": {"kind": "ipoib", "parent": "ib0", "pkey": 0x10}},
+            ctx=context(virtual_parents=("ib*",)),
+        )
     assert {ln["name"] for ln in links_in(in_ns)} == {"ib0", "x0"}
 
 
 @pytest.mark.kind("ipoib", fabricated=True)
-@pytest.mark.parametrize("netdev,path", [
-    ({"kind": "ipoib"}, "'parent' is a required property"),
-    ({"kind": "ipoib", "parent": "ib0", "pkey": 0x10000}, "$.netdev.pkey"),
-    ({"kind": "ipoib", "parent": "ib0", "mode": "cm"}, "$.netdev.mode"),
-    ({"kind": "ipoib", "parent": "ib0", "macAddress": "02:00:00:00:00:01"}, "$.netdev.macAddress"),
-])
+@pytest.mark.parametrize(
+    "netdev,path",
+    [
+        ({"kind": "ipoib"}, "'parent' is a required property"),
+        ({"kind": "ipoib", "parent": "ib0", "pkey": 0x10000}, "$.netdev.pkey"),
+        ({"kind": "ipoib", "parent": "ib0", "mode": "cm"}, "$.netdev.mode"),
+        (
+            {"kind": "ipoib", "parent": "ib0", "macAddress": "02:00:00:00:00:01"},
+            "$.netdev.macAddress",
+        ),
+    ],
+)
 def test_ipoib_config_errors(netdev, path):
     with pytest.raises(DriverError, match=path.replace("$", r"\$").replace("[", r"\[")):
         prepare({"type": "netdev", "netdev": netdev}, ctx=context(virtual_parents=("ib*",)))
@@ -37,9 +45,12 @@ def test_ipoib_config_errors(netdev, path):
 def test_ipoib_child_on_a_real_infiniband_port():
     parent = kernel.infiniband_port()
     handler, _, prepared = prepare(
-        {"type": "netdev", "netdev": {"kind": "ipoib", "parent": parent, "pkey": 0x10,
-                                      "interfaceName": "ib1"}},
-        ctx=context(virtual_parents=(parent,)))
+        {
+            "type": "netdev",
+            "netdev": {"kind": "ipoib", "parent": parent, "pkey": 0x10, "interfaceName": "ib1"},
+        },
+        ctx=context(virtual_parents=(parent,)),
+    )
     host, container = net_device(prepared)
     assert container == "ib1"
     assert "pkey 0x8010" in netns.ip_host("-d", "link", "show", host)

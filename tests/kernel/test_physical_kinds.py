@@ -41,12 +41,23 @@ def pod():
 def _original(host):
     seen = seen_in(host, "eth7")
     assert (seen.mtu, seen.mac, seen.up, seen.addresses) == (
-        1500, "02:aa:00:00:00:07", True, ["192.0.2.7/24"])
+        1500,
+        "02:aa:00:00:00:07",
+        True,
+        ["192.0.2.7/24"],
+    )
 
 
-PARAMS = {"type": "netdev", "netdev": {"kind": "host-device", "interfaceName": "net1",
-                                       "mtu": 1400, "macAddress": "02:bb:00:00:00:01",
-                                       "ipAddresses": ["10.30.0.2/24"]}}
+PARAMS = {
+    "type": "netdev",
+    "netdev": {
+        "kind": "host-device",
+        "interfaceName": "net1",
+        "mtu": 1400,
+        "macAddress": "02:bb:00:00:00:01",
+        "ipAddresses": ["10.30.0.2/24"],
+    },
+}
 
 
 @pytest.mark.kind("host-device")
@@ -82,19 +93,32 @@ def test_host_device_unprepare_when_the_pod_never_started(host):
 
 
 @pytest.mark.kind("host-device")
-@pytest.mark.parametrize("device,ctx,params,message", [
-    (NIC, CTX, {"hostDevice": "eth0"}, "hostDevice eth0 is not the allocated interface eth7"),
-    (NIC, context(), {}, "not on the operator's allow-list"),
-    (Device("netdev-virtual", {"type": "netdev", "kind": "virtual"}), CTX, {},
-     "needs a host interface device"),
-    (Device("nic-gone0", {"type": "netdev", "kind": "host-device", "interfaceName": "gone0"}),
-     context(parent_interfaces=("gone0",)), {}, "host interface gone0 does not exist"),
-])
-def test_host_device_refuses_what_was_not_allocated_or_allowed(host, device, ctx, params,
-                                                               message):
+@pytest.mark.parametrize(
+    "device,ctx,params,message",
+    [
+        (NIC, CTX, {"hostDevice": "eth0"}, "hostDevice eth0 is not the allocated interface eth7"),
+        (NIC, context(), {}, "not on the operator's allow-list"),
+        (
+            Device("netdev-virtual", {"type": "netdev", "kind": "virtual"}),
+            CTX,
+            {},
+            "needs a host interface device",
+        ),
+        (
+            Device(
+                "nic-gone0", {"type": "netdev", "kind": "host-device", "interfaceName": "gone0"}
+            ),
+            context(parent_interfaces=("gone0",)),
+            {},
+            "host interface gone0 does not exist",
+        ),
+    ],
+)
+def test_host_device_refuses_what_was_not_allocated_or_allowed(host, device, ctx, params, message):
     with pytest.raises(DriverError, match=message):
-        prepare({"type": "netdev", "netdev": {"kind": "host-device", **params}},
-                device=device, ctx=ctx)
+        prepare(
+            {"type": "netdev", "netdev": {"kind": "host-device", **params}}, device=device, ctx=ctx
+        )
     _original(host)
 
 
@@ -120,9 +144,15 @@ def test_discovery_offers_only_allowed_non_primary_interfaces(tmp_path, in_ns):
     devices = {d.name: d for d in hostdevice.discover(ctx)}
     assert sorted(devices) == ["nic-eth1", "nic-eth2"]  # eth0 holds the default route
     assert dict(devices["nic-eth1"].attributes) == {
-        "type": "netdev", "kind": "host-device", "interfaceName": "eth1",
-        "macAddress": "02:00:00:00:00:11", "mtu": 9000, "pciAddress": "0000:00:04.0",
-        "numaNode": 1, "driver": "mlx5_core"}
+        "type": "netdev",
+        "kind": "host-device",
+        "interfaceName": "eth1",
+        "macAddress": "02:00:00:00:00:11",
+        "mtu": 9000,
+        "pciAddress": "0000:00:04.0",
+        "numaNode": 1,
+        "driver": "mlx5_core",
+    }
     assert devices["nic-eth1"].healthy and not devices["nic-eth2"].healthy
     assert hostdevice.discover(context(sysfs_root=tmp_path)) == []  # nothing unless allowed
 
@@ -133,8 +163,12 @@ def test_discovery_offers_only_allowed_non_primary_interfaces(tmp_path, in_ns):
 @pytest.fixture
 def sriov_host(in_ns, tmp_path):
     fs = FakeSys(tmp_path)
-    fs.sriov("pf0", "0000:3b:00.0", {0: ("0000:3b:00.2", "pf0v0"), 1: ("0000:3b:00.3", "pf0v1"),
-                                      2: ("0000:3b:00.4", None)}, numa=1)
+    fs.sriov(
+        "pf0",
+        "0000:3b:00.0",
+        {0: ("0000:3b:00.2", "pf0v0"), 1: ("0000:3b:00.3", "pf0v1"), 2: ("0000:3b:00.4", None)},
+        numa=1,
+    )
     for name in ("pf0", "pf0v0", "pf0v1"):
         netns.ip(in_ns, "link", "add", name, "type", "veth", "peer", "name", f"{name}p")
     return in_ns, context(sysfs_root=tmp_path, sriov_pfs=("pf*",))
@@ -145,10 +179,16 @@ def test_vf_discovery_publishes_each_netdev_vf_of_allowed_pfs(sriov_host):
     _, ctx = sriov_host
     devices = sriov.discover(ctx)
     assert [(d.attributes["vfIndex"], d.attributes["interfaceName"]) for d in devices] == [
-        (0, "pf0v0"), (1, "pf0v1")]  # VF 2 is bound to vfio-pci: no netdev
+        (0, "pf0v0"),
+        (1, "pf0v1"),
+    ]  # VF 2 is bound to vfio-pci: no netdev
     attrs = devices[1].attributes
     assert (attrs["pfName"], attrs["pciAddress"], attrs["numaNode"], attrs["kind"]) == (
-        "pf0", "0000:3b:00.3", 1, "sriov-vf")
+        "pf0",
+        "0000:3b:00.3",
+        1,
+        "sriov-vf",
+    )
     assert sriov.discover(context(sysfs_root=ctx.sysfs_root)) == []
 
 
@@ -157,8 +197,13 @@ def test_vf_without_vf_index_is_the_allocated_one_not_vf0(sriov_host, pod):
     host, ctx = sriov_host
     vf1 = sriov.discover(ctx)[1]
     handler, _, prepared = prepare(
-        {"type": "netdev", "netdev": {"kind": "sriov-vf", "parent": "pf0", "mtu": 1400,
-                                      "interfaceName": "net1"}}, device=vf1, ctx=ctx)
+        {
+            "type": "netdev",
+            "netdev": {"kind": "sriov-vf", "parent": "pf0", "mtu": 1400, "interfaceName": "net1"},
+        },
+        device=vf1,
+        ctx=ctx,
+    )
     assert net_device(prepared) == ("pf0v1", "net1")
     move_like_runc("pf0v1", "net1", pod)
     assert seen_in(pod, "net1").mtu == 1400
@@ -168,16 +213,18 @@ def test_vf_without_vf_index_is_the_allocated_one_not_vf0(sriov_host, pod):
 
 
 @pytest.mark.kind("sriov-vf", fabricated=True)
-@pytest.mark.parametrize("params,message", [
-    ({"vfIndex": 0}, "vfIndex 0 is not the allocated VF 1"),
-    ({"parent": "pf9"}, "parent pf9 is not the PF pf0"),
-    ({"vlan": 100}, "set VF 1 of pf0 .*Operation not supported"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"vfIndex": 0}, "vfIndex 0 is not the allocated VF 1"),
+        ({"parent": "pf9"}, "parent pf9 is not the PF pf0"),
+        ({"vlan": 100}, "set VF 1 of pf0 .*Operation not supported"),
+    ],
+)
 def test_vf_refuses_other_vfs_and_reports_kernel_refusals(sriov_host, params, message):
     host, ctx = sriov_host
     vf1 = sriov.discover(ctx)[1]
     before = netns.ip(host, "-o", "link")
     with pytest.raises(DriverError, match=message):
-        prepare({"type": "netdev", "netdev": {"kind": "sriov-vf", **params}}, device=vf1,
-                ctx=ctx)
+        prepare({"type": "netdev", "netdev": {"kind": "sriov-vf", **params}}, device=vf1, ctx=ctx)
     assert netns.ip(host, "-o", "link") == before

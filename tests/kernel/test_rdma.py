@@ -32,14 +32,24 @@ def fabricated(tmp_path):
     fs.nic("eth5", "0000:5e:00.0", numa=1)
     fs.rdma("mlx5_0", pci="0000:5e:00.0", uverbs=0, netdev="eth5", umad=0)
     fs.rdma("rxe0", pci=None, uverbs=1, netdev="veth3", node_guid="5054:00ff:fe12:3456")
-    fs.rdma("mlx5_1", pci="0000:5f:00.0", uverbs=2, netdev=None, link_layer="InfiniBand",
-            state="1: DOWN")
+    fs.rdma(
+        "mlx5_1",
+        pci="0000:5f:00.0",
+        uverbs=2,
+        netdev=None,
+        link_layer="InfiniBand",
+        state="1: DOWN",
+    )
     dev = tmp_path / "dev"
-    for minor, name in ((192, "uverbs0"), (193, "uverbs1"), (194, "uverbs2"), (0, "umad0"),
-                        (255, "rdma_cm")):
+    for minor, name in (
+        (192, "uverbs0"),
+        (193, "uverbs1"),
+        (194, "uverbs2"),
+        (0, "umad0"),
+        (255, "rdma_cm"),
+    ):
         _chardev(dev / "infiniband" / name, minor)
-    return context(sysfs_root=tmp_path / "sys", dev_root=dev,
-                   parent_interfaces=("eth5", "veth3"))
+    return context(sysfs_root=tmp_path / "sys", dev_root=dev, parent_interfaces=("eth5", "veth3"))
 
 
 def _published(ctx):
@@ -50,13 +60,25 @@ def _published(ctx):
 def test_discovery_of_mlx5_like_rxe_like_and_infiniband_devices(fabricated):
     found = _published(fabricated)
     assert sorted(d.attributes["rdmaDevice"] for d in found.values()) == [
-        "mlx5_0", "mlx5_1", "rxe0"]
+        "mlx5_0",
+        "mlx5_1",
+        "rxe0",
+    ]
     assert all(naming.is_dns_label(name) for name in found)
     mlx = next(d for d in found.values() if d.attributes["rdmaDevice"] == "mlx5_0")
     assert dict(mlx.attributes) == {
-        "type": "rdma", "kind": "uverbs", "rdmaDevice": "mlx5_0", "uverbs": "uverbs0",
-        "roce": True, "nodeGUID": "0c42:a103:0065:3e2a", "linkLayer": "Ethernet",
-        "portState": "ACTIVE", "netdev": "eth5", "pciAddress": "0000:5e:00.0", "numaNode": 1}
+        "type": "rdma",
+        "kind": "uverbs",
+        "rdmaDevice": "mlx5_0",
+        "uverbs": "uverbs0",
+        "roce": True,
+        "nodeGUID": "0c42:a103:0065:3e2a",
+        "linkLayer": "Ethernet",
+        "portState": "ACTIVE",
+        "netdev": "eth5",
+        "pciAddress": "0000:5e:00.0",
+        "numaNode": 1,
+    }
     rxe = next(d for d in found.values() if d.attributes["rdmaDevice"] == "rxe0")
     assert rxe.attributes["netdev"] == "veth3" and rxe.attributes["roce"] is True
     assert "pciAddress" not in rxe.attributes
@@ -74,24 +96,33 @@ def _device(ctx, ibdev):
 
 @pytest.mark.kind("uverbs", fabricated=True)
 def test_uverbs_gives_device_nodes_and_names_the_device(fabricated):
-    handler, validated, prepared = prepare({"type": "rdma"}, device=_device(fabricated, "mlx5_0"),
-                                           ctx=fabricated)
+    handler, validated, prepared = prepare(
+        {"type": "rdma"}, device=_device(fabricated, "mlx5_0"), ctx=fabricated
+    )
     assert validated.container_interfaces == ()
     ib = fabricated.dev_root / "infiniband"
     assert prepared.edits["deviceNodes"] == [
         {"path": "/dev/infiniband/uverbs0", "hostPath": str(ib / "uverbs0")},
         {"path": "/dev/infiniband/rdma_cm", "hostPath": str(ib / "rdma_cm")},
-        {"path": "/dev/infiniband/umad0", "hostPath": str(ib / "umad0")}]
+        {"path": "/dev/infiniband/umad0", "hostPath": str(ib / "umad0")},
+    ]
     assert prepared.edits["env"] == ["DRA_RDMA_DEVICE=mlx5_0", "DRA_RDMA_DEVICE_NIC=mlx5_0"]
     handler.unprepare(prepared.undo)
 
 
 @pytest.mark.kind("uverbs", fabricated=True)
-@pytest.mark.parametrize("params,device,message", [
-    ({"type": "rdma", "rdma": {"netnsMode": "exclusive"}}, "mlx5_0", "exclusive is not supported"),
-    ({"type": "rdma", "rdma": {"kind": "uverbs", "pkey": 1}}, "mlx5_0", "unknown field"),
-    ({"type": "rdma"}, "rxe0-missing-node", "character device .*uverbs1 .* is missing"),
-])
+@pytest.mark.parametrize(
+    "params,device,message",
+    [
+        (
+            {"type": "rdma", "rdma": {"netnsMode": "exclusive"}},
+            "mlx5_0",
+            "exclusive is not supported",
+        ),
+        ({"type": "rdma", "rdma": {"kind": "uverbs", "pkey": 1}}, "mlx5_0", "unknown field"),
+        ({"type": "rdma"}, "rxe0-missing-node", "character device .*uverbs1 .* is missing"),
+    ],
+)
 def test_uverbs_bad_input(fabricated, params, device, message):
     if device == "rxe0-missing-node":
         (fabricated.dev_root / "infiniband" / "uverbs1").unlink()
@@ -106,9 +137,16 @@ def test_roce_moves_the_rdma_devices_own_netdev_with_its_nodes(fabricated, in_ns
     pod = netns.create("pod")
     try:
         handler, validated, prepared = prepare(
-            {"type": "combo", "combo": {"kind": "roce", "netdev": {
-                "interfaceName": "roce0", "ipAddresses": ["10.40.0.2/24"]}}},
-            device=_device(fabricated, "rxe0"), ctx=fabricated)
+            {
+                "type": "combo",
+                "combo": {
+                    "kind": "roce",
+                    "netdev": {"interfaceName": "roce0", "ipAddresses": ["10.40.0.2/24"]},
+                },
+            },
+            device=_device(fabricated, "rxe0"),
+            ctx=fabricated,
+        )
         assert validated.container_interfaces == ("roce0",)
         assert net_device(prepared) == ("veth3", "roce0")
         assert prepared.edits["deviceNodes"][0]["path"] == "/dev/infiniband/uverbs1"
@@ -123,9 +161,12 @@ def test_roce_moves_the_rdma_devices_own_netdev_with_its_nodes(fabricated, in_ns
 
 
 @pytest.mark.kind("roce", fabricated=True)
-@pytest.mark.parametrize("ibdev,message", [
-    ("mlx5_1", "not RoCE"),
-])
+@pytest.mark.parametrize(
+    "ibdev,message",
+    [
+        ("mlx5_1", "not RoCE"),
+    ],
+)
 def test_roce_refuses_devices_it_cannot_serve(fabricated, ibdev, message):
     with pytest.raises(DriverError, match=message):
         prepare({"type": "combo"}, device=_device(fabricated, ibdev), ctx=fabricated)
@@ -156,13 +197,19 @@ def rxe(in_ns):
     for end in ("r0", "r1"):
         netns.ip(in_ns, "link", "set", end, "up")
     name = f"rxe{os.getpid() % 10000}"
-    subprocess.run(["ip", "netns", "exec", in_ns, "rdma", "link", "add", name, "type", "rxe",
-                    "netdev", "r0"], check=True, capture_output=True)
+    subprocess.run(
+        ["ip", "netns", "exec", in_ns, "rdma", "link", "add", name, "type", "rxe", "netdev", "r0"],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield name
     finally:
-        subprocess.run(["ip", "netns", "exec", in_ns, "rdma", "link", "delete", name],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["ip", "netns", "exec", in_ns, "rdma", "link", "delete", name],
+            capture_output=True,
+            check=False,
+        )
 
 
 def _real_ctx():
@@ -182,11 +229,32 @@ def test_real_rxe_is_discovered_with_its_uverbs_and_netdev(rxe):
 @pytest.mark.kernel("rdma")
 def test_real_rxe_is_published_by_dra_driver_discover(rxe, in_ns):
     out = subprocess.run(
-        ["ip", "netns", "exec", in_ns, sys.executable, "-m", "dradriver", "discover",
-         "--node-name", "node-a", "--parent-interfaces", "r0", "-o", "json"],
-        check=True, capture_output=True, text=True).stdout
-    found = [d for s in json.loads(out)["items"] for d in s["spec"]["devices"]
-             if d["attributes"].get("rdmaDevice", {}).get("string") == rxe]
+        [
+            "ip",
+            "netns",
+            "exec",
+            in_ns,
+            sys.executable,
+            "-m",
+            "dradriver",
+            "discover",
+            "--node-name",
+            "node-a",
+            "--parent-interfaces",
+            "r0",
+            "-o",
+            "json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    found = [
+        d
+        for s in json.loads(out)["items"]
+        for d in s["spec"]["devices"]
+        if d["attributes"].get("rdmaDevice", {}).get("string") == rxe
+    ]
     assert len(found) == 1, out
     attrs = found[0]["attributes"]
     assert attrs["netdev"] == {"string": "r0"} and attrs["roce"] == {"bool": True}
@@ -196,8 +264,9 @@ def test_real_rxe_is_published_by_dra_driver_discover(rxe, in_ns):
 @pytest.mark.kind("uverbs")
 @pytest.mark.kernel("rdma")
 def test_real_rxe_uverbs_nodes_exist_and_are_handed_over(rxe):
-    handler, _, prepared = prepare({"type": "rdma"}, device=_device(_real_ctx(), rxe),
-                                   ctx=_real_ctx())
+    handler, _, prepared = prepare(
+        {"type": "rdma"}, device=_device(_real_ctx(), rxe), ctx=_real_ctx()
+    )
     nodes = prepared.edits["deviceNodes"]
     assert nodes[0]["path"].startswith("/dev/infiniband/uverbs") and "hostPath" not in nodes[0]
     for node in nodes:
@@ -212,9 +281,20 @@ def test_real_roce_moves_the_rxe_netdev_and_gives_it_back(rxe, in_ns):
     pod = netns.create("pod")
     try:
         handler, _, prepared = prepare(
-            {"type": "combo", "combo": {"kind": "roce", "netdev": {
-                "interfaceName": "roce0", "ipAddresses": ["10.60.0.2/24"], "mtu": 1400}}},
-            device=_device(_real_ctx(), rxe), ctx=_real_ctx())
+            {
+                "type": "combo",
+                "combo": {
+                    "kind": "roce",
+                    "netdev": {
+                        "interfaceName": "roce0",
+                        "ipAddresses": ["10.60.0.2/24"],
+                        "mtu": 1400,
+                    },
+                },
+            },
+            device=_device(_real_ctx(), rxe),
+            ctx=_real_ctx(),
+        )
         assert net_device(prepared) == ("r0", "roce0")
         [uverbs] = [n["path"] for n in prepared.edits["deviceNodes"] if "uverbs" in n["path"]]
         assert stat.S_ISCHR(os.stat(uverbs).st_mode)

@@ -14,22 +14,36 @@ pytestmark = pytest.mark.root
 PARENT_CTX = context(virtual_parents=("p0", "br*", "nope*"))
 
 KINDS = [
-    pytest.param("veth", {}, marks=[pytest.mark.kind("veth"), pytest.mark.kernel("veth")],
-                 id="veth"),
-    pytest.param("macvlan", {"parent": "p0", "mode": "bridge"},
-                 marks=[pytest.mark.kind("macvlan"), pytest.mark.kernel("macvlan")],
-                 id="macvlan-bridge"),
-    pytest.param("macvlan", {"parent": "p0", "mode": "private"},
-                 marks=[pytest.mark.kind("macvlan"), pytest.mark.kernel("macvlan")],
-                 id="macvlan-private"),
-    pytest.param("ipvlan", {"parent": "p0", "mode": "l2"},
-                 marks=[pytest.mark.kind("ipvlan"), pytest.mark.kernel("ipvlan")],
-                 id="ipvlan-l2"),
-    pytest.param("ipvlan", {"parent": "p0", "mode": "l3"},
-                 marks=[pytest.mark.kind("ipvlan"), pytest.mark.kernel("ipvlan")],
-                 id="ipvlan-l3"),
-    pytest.param("dummy", {}, marks=[pytest.mark.kind("dummy"), pytest.mark.kernel("dummy")],
-                 id="dummy"),
+    pytest.param(
+        "veth", {}, marks=[pytest.mark.kind("veth"), pytest.mark.kernel("veth")], id="veth"
+    ),
+    pytest.param(
+        "macvlan",
+        {"parent": "p0", "mode": "bridge"},
+        marks=[pytest.mark.kind("macvlan"), pytest.mark.kernel("macvlan")],
+        id="macvlan-bridge",
+    ),
+    pytest.param(
+        "macvlan",
+        {"parent": "p0", "mode": "private"},
+        marks=[pytest.mark.kind("macvlan"), pytest.mark.kernel("macvlan")],
+        id="macvlan-private",
+    ),
+    pytest.param(
+        "ipvlan",
+        {"parent": "p0", "mode": "l2"},
+        marks=[pytest.mark.kind("ipvlan"), pytest.mark.kernel("ipvlan")],
+        id="ipvlan-l2",
+    ),
+    pytest.param(
+        "ipvlan",
+        {"parent": "p0", "mode": "l3"},
+        marks=[pytest.mark.kind("ipvlan"), pytest.mark.kernel("ipvlan")],
+        id="ipvlan-l3",
+    ),
+    pytest.param(
+        "dummy", {}, marks=[pytest.mark.kind("dummy"), pytest.mark.kernel("dummy")], id="dummy"
+    ),
 ]
 
 
@@ -54,8 +68,11 @@ def _params(kind, extra, **fields):
 
 @pytest.mark.parametrize("kind,extra", KINDS)
 def test_prepare_hand_over_and_see_it_in_the_pod(host, pod, kind, extra):
-    fields = {"interfaceName": "net1", "mtu": 1400,
-              "ipAddresses": ["10.20.0.2/24", "fd00:20::2/64"]}
+    fields = {
+        "interfaceName": "net1",
+        "mtu": 1400,
+        "ipAddresses": ["10.20.0.2/24", "fd00:20::2/64"],
+    }
     if kind != "ipvlan":
         fields["macAddress"] = "02:11:22:33:44:55"
     handler, validated, prepared = prepare(_params(kind, extra, **fields), ctx=PARENT_CTX)
@@ -104,11 +121,14 @@ def test_veth_host_end_joins_an_allowed_bridge_and_survives_the_move(host, pod):
 
 
 @pytest.mark.kind("macvlan")
-@pytest.mark.parametrize("params,message", [
-    ({"kind": "macvlan", "parent": "nope0"}, "interface nope0 does not exist"),
-    ({"kind": "macvlan", "parent": "q0"}, "q0 is not on the operator's list"),
-    ({"kind": "veth", "bridge": "p0"}, "p0 is not a bridge"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"kind": "macvlan", "parent": "nope0"}, "interface nope0 does not exist"),
+        ({"kind": "macvlan", "parent": "q0"}, "q0 is not on the operator's list"),
+        ({"kind": "veth", "bridge": "p0"}, "p0 is not a bridge"),
+    ],
+)
 def test_bad_parents_fail_validation_and_create_nothing(host, params, message):
     with pytest.raises(DriverError, match=message):
         prepare({"type": "netdev", "netdev": params}, ctx=PARENT_CTX)
@@ -140,7 +160,8 @@ def test_an_interface_of_another_owner_with_our_name_is_never_touched(host):
 
 def _fixed(uid, share, device):
     handler, req = request(_params("veth", {}), device=device, ctx=PARENT_CTX, claim_uid=uid)
-    req = DeviceRequest(**{**req.__dict__, "share_id": share,
-                           "key": naming.device_key("nic", device.name, share)})
+    req = DeviceRequest(
+        **{**req.__dict__, "share_id": share, "key": naming.device_key("nic", device.name, share)}
+    )
     handler.validate(req)
     return handler, handler.prepare(req)

@@ -24,10 +24,18 @@ _DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 # Fields the Go types of CDI v1.1.0 know; anything else fails a strict decode.
 _SPEC_FIELDS = {"cdiVersion", "kind", "annotations", "devices", "containerEdits"}
 _DEVICE_FIELDS = {"name", "annotations", "containerEdits"}
-_EDIT_FIELDS = {"env", "deviceNodes", "hooks", "mounts", "netDevices", "intelRdt",
-                "additionalGids"}
-_NODE_FIELDS = {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions",
-                "uid", "gid"}
+_EDIT_FIELDS = {"env", "deviceNodes", "hooks", "mounts", "netDevices", "intelRdt", "additionalGids"}
+_NODE_FIELDS = {
+    "path",
+    "hostPath",
+    "type",
+    "major",
+    "minor",
+    "fileMode",
+    "permissions",
+    "uid",
+    "gid",
+}
 _NETDEV_FIELDS = {"hostInterfaceName", "name"}
 
 

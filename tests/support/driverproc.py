@@ -30,9 +30,16 @@ RUNNING: set[int] = set()  # pids of daemons started by tests (checked at sessio
 class DriverProcess:
     """`dra-driver run` with its own kubelet directories under `root`."""
 
-    def __init__(self, root: Path, ns: str, kubeconfig: Path, node: str = "node-a",
-                 pod_uid: str | None = None, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        ns: str,
+        kubeconfig: Path,
+        node: str = "node-a",
+        pod_uid: str | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.ns = ns
         self.registry = root / "registry"
@@ -43,11 +50,27 @@ class DriverProcess:
         self.pod_uid = pod_uid
         self.log_path = root / f"driver-{pod_uid or 'main'}.log"
         self.cmd = [
-            "ip", "netns", "exec", ns, sys.executable, "-m", "dradriver", "run",
-            "--node-name", node, "--kubeconfig", str(kubeconfig),
-            "--kubelet-registry-dir", str(self.registry),
-            "--kubelet-plugins-dir", str(self.plugins),
-            "--cdi-dir", str(self.cdi), "--publish-interval", "2", *args,
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            sys.executable,
+            "-m",
+            "dradriver",
+            "run",
+            "--node-name",
+            node,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--kubelet-registry-dir",
+            str(self.registry),
+            "--kubelet-plugins-dir",
+            str(self.plugins),
+            "--cdi-dir",
+            str(self.cdi),
+            "--publish-interval",
+            "2",
+            *args,
         ]
         if pod_uid:
             self.cmd += ["--pod-uid", pod_uid]
@@ -56,8 +79,14 @@ class DriverProcess:
 
     @property
     def _paths(self) -> SocketPaths:
-        return socket_paths(Settings(node_name=self.node, kubelet_registry_dir=self.registry,
-                                     kubelet_plugins_dir=self.plugins, pod_uid=self.pod_uid))
+        return socket_paths(
+            Settings(
+                node_name=self.node,
+                kubelet_registry_dir=self.registry,
+                kubelet_plugins_dir=self.plugins,
+                pod_uid=self.pod_uid,
+            )
+        )
 
     @property
     def reg_socket(self) -> Path:
@@ -69,8 +98,9 @@ class DriverProcess:
 
     def start(self, wait: bool = True) -> DriverProcess:
         self.logf = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.logf, stderr=subprocess.STDOUT,
-                                     env=self.env)
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env
+        )
         RUNNING.add(self.proc.pid)
         if wait:
             self.wait_ready()
@@ -114,27 +144,31 @@ class DriverProcess:
     def get_info(self, timeout: float = 5.0) -> Any:
         with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
             return registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                registration_pb2.InfoRequest(), timeout=timeout)
+                registration_pb2.InfoRequest(), timeout=timeout
+            )
 
     def notify(self, registered: bool, error: str = "") -> None:
         with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
             registration_pb2_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
                 registration_pb2.RegistrationStatus(plugin_registered=registered, error=error),
-                timeout=5)
+                timeout=5,
+            )
 
     def _stub(self, version: str, ch: grpc.Channel) -> Any:
         mod = dra_v1_pb2_grpc if version == "v1" else dra_v1beta1_pb2_grpc
         return mod.DRAPluginStub(ch)
 
-    def prepare(self, claims: list[dict[str, Any]], version: str = "v1",
-                timeout: float = 45.0) -> Any:
+    def prepare(
+        self, claims: list[dict[str, Any]], version: str = "v1", timeout: float = 45.0
+    ) -> Any:
         pb2 = dra_v1_pb2 if version == "v1" else dra_v1beta1_pb2
         req = pb2.NodePrepareResourcesRequest(claims=[_claim(pb2, c) for c in claims])
         with grpc.insecure_channel(f"unix://{self.service_socket}") as ch:
             return self._stub(version, ch).NodePrepareResources(req, timeout=timeout)
 
-    def unprepare(self, claims: list[dict[str, Any]], version: str = "v1",
-                  timeout: float = 45.0) -> Any:
+    def unprepare(
+        self, claims: list[dict[str, Any]], version: str = "v1", timeout: float = 45.0
+    ) -> Any:
         pb2 = dra_v1_pb2 if version == "v1" else dra_v1beta1_pb2
         req = pb2.NodeUnprepareResourcesRequest(claims=[_claim(pb2, c) for c in claims])
         with grpc.insecure_channel(f"unix://{self.service_socket}") as ch:

@@ -32,8 +32,14 @@ _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
     """A metav1.Status like the API server sends with an error."""
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class FakeApi:
@@ -59,8 +65,11 @@ class FakeApi:
 
     def add_node(self, name: str) -> str:
         uid = str(uuid.uuid4())
-        self.nodes[name] = {"apiVersion": "v1", "kind": "Node",
-                            "metadata": {"name": name, "uid": uid}}
+        self.nodes[name] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "uid": uid},
+        }
         return uid
 
     def add_claim(self, claim: dict[str, Any]) -> None:
@@ -103,18 +112,27 @@ class FakeApi:
 
     def kubeconfig(self, url: str, path: Path) -> Path:
         """Write a kubeconfig pointing at `url` with a bearer token."""
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": url}}],
-            "users": [{"name": "driver", "user": {"token": "fake-token"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "driver"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                    "users": [{"name": "driver", "user": {"token": "fake-token"}}],
+                    "contexts": [
+                        {"name": "fake", "context": {"cluster": "fake", "user": "driver"}}
+                    ],
+                }
+            )
+        )
         return path
 
     # -- verbs ------------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, query: dict[str, list[str]],
-               body: Any) -> tuple[int, Any]:
+    def handle(
+        self, method: str, path: str, query: dict[str, list[str]], body: Any
+    ) -> tuple[int, Any]:
         self.requests.append((method, path))
         with self.lock:
             if m := _CLAIM.match(path):
@@ -123,16 +141,21 @@ class FakeApi:
                 return self._slice(method, unquote(m[1]) if m[1] else None, query, body)
             if (m := _NODE.match(path)) and method == "GET":
                 node = self.nodes.get(unquote(m[1]))
-                return (200, node) if node else (404, status(404, "NotFound",
-                                                             f'nodes "{m[1]}" not found'))
+                return (
+                    (200, node)
+                    if node
+                    else (404, status(404, "NotFound", f'nodes "{m[1]}" not found'))
+                )
         return 404, status(404, "NotFound", "the server could not find the requested resource")
 
-    def _claim(self, method: str, ns: str, name: str, is_status: bool,
-               body: Any) -> tuple[int, Any]:
+    def _claim(
+        self, method: str, ns: str, name: str, is_status: bool, body: Any
+    ) -> tuple[int, Any]:
         claim = self.claims.get((ns, name))
         if claim is None:
-            return 404, status(404, "NotFound",
-                               f'resourceclaims.resource.k8s.io "{name}" not found')
+            return 404, status(
+                404, "NotFound", f'resourceclaims.resource.k8s.io "{name}" not found'
+            )
         if method == "GET" and not is_status:
             if self.claim_delay:
                 time.sleep(self.claim_delay)
@@ -144,44 +167,64 @@ class FakeApi:
         return 405, status(405, "MethodNotAllowed", f"{method} not allowed")
 
     def _apply_status(self, claim: dict[str, Any], body: Any) -> tuple[int, Any]:
-        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices")
-                   or {}).get("results") or []
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []
         allowed = {(r["driver"], r["pool"], r["device"], r.get("shareID")) for r in results}
-        current = {(d["driver"], d["pool"], d["device"], d.get("shareID")): d
-                   for d in (claim.get("status") or {}).get("devices") or []}
+        current = {
+            (d["driver"], d["pool"], d["device"], d.get("shareID")): d
+            for d in (claim.get("status") or {}).get("devices") or []
+        }
         for entry in (body.get("status") or {}).get("devices") or []:
             key = (entry["driver"], entry["pool"], entry["device"], entry.get("shareID"))
             if key not in allowed:
-                return 422, status(422, "Invalid", f"status.devices: device {key} is not "
-                                   "allocated")
+                return 422, status(422, "Invalid", f"status.devices: device {key} is not allocated")
             current[key] = entry
         claim.setdefault("status", {})["devices"] = list(current.values())
         claim["metadata"]["resourceVersion"] = self.next_rv()
         return 200, claim
 
-    def _slice(self, method: str, name: str | None, query: dict[str, list[str]],
-               body: Any) -> tuple[int, Any]:
+    def _slice(
+        self, method: str, name: str | None, query: dict[str, list[str]], body: Any
+    ) -> tuple[int, Any]:
         if method == "GET" and name is None:
-            wanted = dict(kv.split("=", 1) for s in query.get("fieldSelector", [""])
-                          for kv in s.split(",") if kv)
-            items = [s for s in self.slices.values()
-                     if all(_field(s, k) == v for k, v in wanted.items())]
-            return 200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
-                         "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+            wanted = dict(
+                kv.split("=", 1)
+                for s in query.get("fieldSelector", [""])
+                for kv in s.split(",")
+                if kv
+            )
+            items = [
+                s for s in self.slices.values() if all(_field(s, k) == v for k, v in wanted.items())
+            ]
+            return 200, {
+                "kind": "ResourceSliceList",
+                "apiVersion": "resource.k8s.io/v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": items,
+            }
         if method == "POST" and name is None:
             name = body["metadata"]["name"]
             if name in self.slices:
-                return 409, status(409, "AlreadyExists",
-                                   f'resourceslices.resource.k8s.io "{name}" already exists')
+                return 409, status(
+                    409, "AlreadyExists", f'resourceslices.resource.k8s.io "{name}" already exists'
+                )
             return 201, self._store(body)
         if name is None or name not in self.slices:
-            return 404, status(404, "NotFound",
-                               f'resourceslices.resource.k8s.io "{name}" not found')
+            return 404, status(
+                404, "NotFound", f'resourceslices.resource.k8s.io "{name}" not found'
+            )
         if method == "PUT":
-            if body["metadata"].get("resourceVersion") != \
-                    self.slices[name]["metadata"]["resourceVersion"]:
-                return 409, status(409, "Conflict", "the object has been modified; please "
-                                   "apply your changes to the latest version and try again")
+            if (
+                body["metadata"].get("resourceVersion")
+                != self.slices[name]["metadata"]["resourceVersion"]
+            ):
+                return 409, status(
+                    409,
+                    "Conflict",
+                    "the object has been modified; please "
+                    "apply your changes to the latest version and try again",
+                )
             return 200, self._store(body, self.slices[name]["metadata"]["uid"])
         if method == "DELETE":
             del self.slices[name]
@@ -250,22 +293,39 @@ def allocated_claim(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
-        "spec": {"devices": {"requests": [{"name": r["request"].split("/")[0],
-                                           "exactly": {"deviceClassName": "virtual-network"}}
-                                          for r in results]}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": r["request"].split("/")[0],
+                        "exactly": {"deviceClassName": "virtual-network"},
+                    }
+                    for r in results
+                ]
+            }
+        },
         "status": {
             "allocation": {"devices": {"results": results, "config": config or []}},
-            "reservedFor": [{"resource": "pods", "name": f"pod-{p[:8]}", "uid": p}
-                            for p in (pods if pods is not None else [str(uuid.uuid4())])],
+            "reservedFor": [
+                {"resource": "pods", "name": f"pod-{p[:8]}", "uid": p}
+                for p in (pods if pods is not None else [str(uuid.uuid4())])
+            ],
         },
     }
 
 
-def opaque(parameters: Any, *, requests: list[str] | None = None, source: str = "FromClaim",
-           driver: str = "dra.example.com") -> dict[str, Any]:
+def opaque(
+    parameters: Any,
+    *,
+    requests: list[str] | None = None,
+    source: str = "FromClaim",
+    driver: str = "dra.example.com",
+) -> dict[str, Any]:
     """One allocation config entry with opaque parameters for `driver`."""
-    entry: dict[str, Any] = {"source": source,
-                             "opaque": {"driver": driver, "parameters": parameters}}
+    entry: dict[str, Any] = {
+        "source": source,
+        "opaque": {"driver": driver, "parameters": parameters},
+    }
     if requests:
         entry["requests"] = requests
     return entry

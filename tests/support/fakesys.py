@@ -27,8 +27,15 @@ class FakeSys:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        for d in ("class/net", "class/infiniband", "class/infiniband_verbs", "bus/pci/devices",
-                  "bus/pci/drivers", PCI_BUS, "devices/virtual/net"):
+        for d in (
+            "class/net",
+            "class/infiniband",
+            "class/infiniband_verbs",
+            "bus/pci/devices",
+            "bus/pci/drivers",
+            PCI_BUS,
+            "devices/virtual/net",
+        ):
             (root / d).mkdir(parents=True, exist_ok=True)
 
     def _write(self, rel: str, files: dict[str, object]) -> Path:
@@ -56,12 +63,25 @@ class FakeSys:
         self._link(f"bus/pci/devices/{address}", f"../../../{PCI_BUS}/{address}")
         return rel
 
-    def nic(self, ifname: str, pci: str | None = None, *, mac: str = "02:00:00:00:00:01",
-            mtu: int = 1500, carrier: int | None = 1, link_type: int = 1,
-            driver: str = "mlx5_core", numa: int = 0) -> None:
+    def nic(
+        self,
+        ifname: str,
+        pci: str | None = None,
+        *,
+        mac: str = "02:00:00:00:00:01",
+        mtu: int = 1500,
+        carrier: int | None = 1,
+        link_type: int = 1,
+        driver: str = "mlx5_core",
+        numa: int = 0,
+    ) -> None:
         """A network interface, on a PCI function if `pci` is given, else virtual."""
-        files: dict[str, object] = {"address": mac, "mtu": mtu, "type": link_type,
-                                    "operstate": "up" if carrier else "down"}
+        files: dict[str, object] = {
+            "address": mac,
+            "mtu": mtu,
+            "type": link_type,
+            "operstate": "up" if carrier else "down",
+        }
         if carrier is not None:
             files["carrier"] = carrier
         if pci:
@@ -74,29 +94,47 @@ class FakeSys:
             self._write(rel, files)
         self._link(f"class/net/{ifname}", f"../../{rel}")
 
-    def sriov(self, pf: str, pf_pci: str, vfs: dict[int, tuple[str, str | None]],
-              numa: int = 0) -> None:
+    def sriov(
+        self, pf: str, pf_pci: str, vfs: dict[int, tuple[str, str | None]], numa: int = 0
+    ) -> None:
         """A PF with VFs: index -> (VF PCI address, VF netdev name or None if unbound)."""
         self.nic(pf, pf_pci, numa=numa)
         for index, (vf_pci, vf_netdev) in vfs.items():
             if vf_netdev:
-                self.nic(vf_netdev, vf_pci, driver="mlx5_core", numa=numa,
-                         mac=f"02:00:00:00:01:{index:02x}")
+                self.nic(
+                    vf_netdev,
+                    vf_pci,
+                    driver="mlx5_core",
+                    numa=numa,
+                    mac=f"02:00:00:00:01:{index:02x}",
+                )
             else:
                 self.pci(vf_pci, driver="vfio-pci", numa=numa)
             self._link(f"{PCI_BUS}/{pf_pci}/virtfn{index}", f"../{vf_pci}")
             self._link(f"{PCI_BUS}/{vf_pci}/physfn", f"../{pf_pci}")
 
-    def rdma(self, ibdev: str, *, pci: str | None, uverbs: int, netdev: str | None,
-             link_layer: str = "Ethernet", state: str = "4: ACTIVE",
-             node_guid: str = "0c42:a103:0065:3e2a", umad: int | None = None) -> None:
+    def rdma(
+        self,
+        ibdev: str,
+        *,
+        pci: str | None,
+        uverbs: int,
+        netdev: str | None,
+        link_layer: str = "Ethernet",
+        state: str = "4: ACTIVE",
+        node_guid: str = "0c42:a103:0065:3e2a",
+        umad: int | None = None,
+    ) -> None:
         """An RDMA device (mlx5-like on PCI, or rxe-like virtual) with its uverbs device."""
         base = f"{PCI_BUS}/{pci}" if pci else "devices/virtual"
         if pci and not (self.root / base).exists():
             self.pci(pci)
         rel = f"{base}/infiniband/{ibdev}"
-        port = {"ports/1/state": state, "ports/1/link_layer": link_layer,
-                "ports/1/phys_state": "5: LinkUp"}
+        port = {
+            "ports/1/state": state,
+            "ports/1/link_layer": link_layer,
+            "ports/1/phys_state": "5: LinkUp",
+        }
         if netdev:
             port["ports/1/gid_attrs/ndevs/0"] = netdev
         self._write(rel, {"node_guid": node_guid, "node_type": "1: CA", **port})

@@ -30,19 +30,30 @@ def context(**kw: Any) -> HandlerContext:
     return HandlerContext(driver_name="dra.example.com", node_name="node-a", **kw)
 
 
-def request(params: Mapping[str, Any], *, device: Device | None = None,
-            ctx: HandlerContext | None = None, claim_uid: str | None = None,
-            journal: Callable[[Mapping[str, Any]], None] | None = None,
-            ) -> tuple[Handler, DeviceRequest]:
+def request(
+    params: Mapping[str, Any],
+    *,
+    device: Device | None = None,
+    ctx: HandlerContext | None = None,
+    claim_uid: str | None = None,
+    journal: Callable[[Mapping[str, Any]], None] | None = None,
+) -> tuple[Handler, DeviceRequest]:
     """The handler and request prepare.py would build for one allocated device."""
     device = device or virtual_device("netdev-virtual")
     resolved = SCHEMA.resolve(params, device)
     uid = claim_uid or str(uuid.uuid4())
     share = str(uuid.uuid4()) if device.name == "netdev-virtual" else None
     req = DeviceRequest(
-        claim=ClaimRef("default", "c", uid), request="nic", pool="node-a", device=device.name,
-        share_id=share, key=naming.device_key("nic", device.name, share), kind=resolved.kind,
-        config=resolved.config, published=device, context=ctx or context(),
+        claim=ClaimRef("default", "c", uid),
+        request="nic",
+        pool="node-a",
+        device=device.name,
+        share_id=share,
+        key=naming.device_key("nic", device.name, share),
+        kind=resolved.kind,
+        config=resolved.config,
+        published=device,
+        context=ctx or context(),
     )
     if journal is not None:
         req = DeviceRequest(**{**req.__dict__, "journal": journal})

@@ -24,20 +24,30 @@ def missing(feature: str) -> str | None:
     if feature == "rdma":
         return _missing_rdma()
     if feature == "infiniband":
-        return None if infiniband_port() else (
-            "no InfiniBand port on this machine (IPoIB needs an InfiniBand link layer; "
-            "soft-RoCE is Ethernet)")
+        return (
+            None
+            if infiniband_port()
+            else (
+                "no InfiniBand port on this machine (IPoIB needs an InfiniBand link layer; "
+                "soft-RoCE is Ethernet)"
+            )
+        )
     if feature not in _LINK_SETUP:
         return f"unknown kernel feature {feature}"
     subprocess.run(["modprobe", "-q", feature], capture_output=True, check=False)
     ns = netns.create("probe")
     try:
         netns.ip(ns, "link", "add", "p0", "type", "veth", "peer", "name", "q0")
-        res = subprocess.run(["ip", "-n", ns, "link", "add", "t0", *_LINK_SETUP[feature]],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            ["ip", "-n", ns, "link", "add", "t0", *_LINK_SETUP[feature]],
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
-            return (f"the running kernel lacks link kind {feature} "
-                    f"({res.stderr.strip() or 'ip link add failed'})")
+            return (
+                f"the running kernel lacks link kind {feature} "
+                f"({res.stderr.strip() or 'ip link add failed'})"
+            )
         return None
     finally:
         netns.delete(ns)

@@ -65,8 +65,9 @@ def fd(name: str) -> int:
 
 def ip(name: str, *args: str) -> str:
     """`ip -n <name> ...` output; raises on failure."""
-    return subprocess.run(["ip", "-n", name, *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["ip", "-n", name, *args], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def ip_host(*args: str) -> str:

@@ -37,10 +37,12 @@ def move_like_runc(host_name: str, container_name: str, pod_ns: str) -> None:
         if not index:
             raise LookupError(f"runc: link {host_name} not found")
         ipr.link("set", index=index[0], state="down")
-        keep = [(a.get("address"), a["prefixlen"])
-                for a in ipr.get_addr(index=index[0])
-                if a["scope"] == RT_SCOPE_UNIVERSE
-                and (a.get("IFA_FLAGS") or a["flags"]) & IFA_F_PERMANENT]
+        keep = [
+            (a.get("address"), a["prefixlen"])
+            for a in ipr.get_addr(index=index[0])
+            if a["scope"] == RT_SCOPE_UNIVERSE
+            and (a.get("IFA_FLAGS") or a["flags"]) & IFA_F_PERMANENT
+        ]
         fd = netns.fd(pod_ns)
         try:
             ipr.link("set", index=index[0], net_ns_fd=fd, ifname=container_name)
@@ -68,16 +70,22 @@ def seen_in(pod_ns: str, name: str) -> Seen:
     """How interface `name` looks inside `pod_ns`."""
     with netns.inside(pod_ns), IPRoute() as ipr:
         link = ipr.link("get", ifname=name)[0]
-        addrs = [f"{a.get('address')}/{a['prefixlen']}" for a in ipr.get_addr(index=link["index"])
-                 if a["scope"] == RT_SCOPE_UNIVERSE]
+        addrs = [
+            f"{a.get('address')}/{a['prefixlen']}"
+            for a in ipr.get_addr(index=link["index"])
+            if a["scope"] == RT_SCOPE_UNIVERSE
+        ]
         return Seen(name, link.get("mtu"), link.get("address"), bool(link["flags"] & 1), addrs)
 
 
 def links_in(ns: str) -> list[dict[str, Any]]:
     """Name and alias of every link in `ns` except lo."""
     with netns.inside(ns), IPRoute() as ipr:
-        return [{"name": m.get("ifname"), "alias": m.get("IFLA_IFALIAS")}
-                for m in ipr.get_links() if m.get("ifname") != "lo"]
+        return [
+            {"name": m.get("ifname"), "alias": m.get("IFLA_IFALIAS")}
+            for m in ipr.get_links()
+            if m.get("ifname") != "lo"
+        ]
 
 
 def return_to_host(pod_ns: str, host_ns: str, name: str) -> None:

@@ -9,29 +9,60 @@ UID = "3f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
 
 
 def test_netdev_spec_passes_the_upstream_schema_and_strict_rules():
-    spec = cdi.build_spec("dra.example.com", "netdev", [
-        (f"{UID}-nic", {"netDevices": [{"hostInterfaceName": "drcabc", "name": "net1"}]}),
-    ])
+    spec = cdi.build_spec(
+        "dra.example.com",
+        "netdev",
+        [
+            (f"{UID}-nic", {"netDevices": [{"hostInterfaceName": "drcabc", "name": "net1"}]}),
+        ],
+    )
     assert problems(spec) == []
     assert spec["cdiVersion"] == "1.1.0"
     assert spec["kind"] == "dra.example.com/netdev"
 
 
 def test_rdma_spec_with_device_nodes_and_env_passes():
-    spec = cdi.build_spec("dra.example.com", "rdma", [
-        (f"{UID}-rdma", {"deviceNodes": [{"path": "/dev/infiniband/uverbs0"}],
-                         "env": ["DRA_RDMA_DEVICE=mlx5_0"]}),
-    ])
+    spec = cdi.build_spec(
+        "dra.example.com",
+        "rdma",
+        [
+            (
+                f"{UID}-rdma",
+                {
+                    "deviceNodes": [{"path": "/dev/infiniband/uverbs0"}],
+                    "env": ["DRA_RDMA_DEVICE=mlx5_0"],
+                },
+            ),
+        ],
+    )
     assert problems(spec) == []
 
 
 def test_checker_catches_what_the_loader_rejects():
-    bad = {"cdiVersion": "1.0.0", "kind": "dra.example.com/netdev", "extra": 1,
-           "devices": [{"name": "-x", "containerEdits": {"netDevices": [
-               {"hostInterfaceName": "a", "name": ""}, {"hostInterfaceName": "a", "name": "b"}]}}]}
+    bad = {
+        "cdiVersion": "1.0.0",
+        "kind": "dra.example.com/netdev",
+        "extra": 1,
+        "devices": [
+            {
+                "name": "-x",
+                "containerEdits": {
+                    "netDevices": [
+                        {"hostInterfaceName": "a", "name": ""},
+                        {"hostInterfaceName": "a", "name": "b"},
+                    ]
+                },
+            }
+        ],
+    }
     found = " ".join(problems(bad))
-    for reason in ("unknown field extra", "cannot hold netDevices", "bad device name",
-                   "empty name", "duplicate netDevice"):
+    for reason in (
+        "unknown field extra",
+        "cannot hold netDevices",
+        "bad device name",
+        "empty name",
+        "duplicate netDevice",
+    ):
         assert reason in found
 
 

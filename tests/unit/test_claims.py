@@ -30,8 +30,10 @@ def test_unallocated_claim_is_refused():
 def test_only_our_results_and_configs_count():
     claim = allocated_claim(
         "c",
-        [{"request": "nic", "pool": "n", "device": "d"},
-         {"request": "gpu", "pool": "n", "device": "g", "driver": "gpu.example.com"}],
+        [
+            {"request": "nic", "pool": "n", "device": "d"},
+            {"request": "gpu", "pool": "n", "device": "g", "driver": "gpu.example.com"},
+        ],
         config=[opaque({"type": "netdev"}), opaque({"x": 1}, driver="gpu.example.com")],
     )
     resolved = claims.resolve(claim, _ref(claim), DRIVER)
@@ -45,23 +47,31 @@ def test_class_config_first_then_claim_config_later_wins_field_by_field():
         [{"request": "nic", "pool": "n", "device": "d"}],
         config=[
             opaque({"type": "netdev", "netdev": {"kind": "macvlan", "mtu": 1400}}),
-            opaque({"type": "netdev", "netdev": {"kind": "veth", "mtu": 9000,
-                                                 "interfaceName": "x"}}, source="FromClass"),
+            opaque(
+                {"type": "netdev", "netdev": {"kind": "veth", "mtu": 9000, "interfaceName": "x"}},
+                source="FromClass",
+            ),
         ],
     )
     merged = claims.resolve(claim, _ref(claim), DRIVER).devices[0].parameters
-    assert merged == {"type": "netdev",
-                      "netdev": {"kind": "macvlan", "mtu": 1400, "interfaceName": "x"}}
+    assert merged == {
+        "type": "netdev",
+        "netdev": {"kind": "macvlan", "mtu": 1400, "interfaceName": "x"},
+    }
 
 
 def test_request_scoped_configs_apply_only_to_their_requests_and_sub_requests():
     claim = allocated_claim(
         "c",
-        [{"request": "a/fast", "pool": "n", "device": "d1"},
-         {"request": "b", "pool": "n", "device": "d2"}],
-        config=[opaque({"netdev": {"mtu": 1}}, requests=["a"]),
-                opaque({"netdev": {"mtu": 2}}, requests=["b"]),
-                opaque({"netdev": {"mtu": 3}}, requests=["a/fast"])],
+        [
+            {"request": "a/fast", "pool": "n", "device": "d1"},
+            {"request": "b", "pool": "n", "device": "d2"},
+        ],
+        config=[
+            opaque({"netdev": {"mtu": 1}}, requests=["a"]),
+            opaque({"netdev": {"mtu": 2}}, requests=["b"]),
+            opaque({"netdev": {"mtu": 3}}, requests=["a/fast"]),
+        ],
     )
     a, b = claims.resolve(claim, _ref(claim), DRIVER).devices
     assert a.base_request == "a" and a.parameters == {"netdev": {"mtu": 3}}
@@ -69,16 +79,20 @@ def test_request_scoped_configs_apply_only_to_their_requests_and_sub_requests():
 
 
 def test_share_id_and_reserving_pods_are_kept():
-    claim = allocated_claim("c", [{"request": "nic", "pool": "n", "device": "netdev-virtual",
-                                   "shareID": "abc"}], pods=["p1", "p2"])
+    claim = allocated_claim(
+        "c",
+        [{"request": "nic", "pool": "n", "device": "netdev-virtual", "shareID": "abc"}],
+        pods=["p1", "p2"],
+    )
     resolved = claims.resolve(claim, _ref(claim), DRIVER)
     assert resolved.devices[0].share_id == "abc"
     assert resolved.pod_uids == ("p1", "p2")
 
 
 def test_admin_access_is_refused():
-    claim = allocated_claim("c", [{"request": "nic", "pool": "n", "device": "d",
-                                   "adminAccess": True}])
+    claim = allocated_claim(
+        "c", [{"request": "nic", "pool": "n", "device": "d", "adminAccess": True}]
+    )
     with pytest.raises(ClaimError, match="adminAccess"):
         claims.resolve(claim, _ref(claim), DRIVER)
 

@@ -11,12 +11,24 @@ UID2 = "4f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
 
 def _record(uid=UID):
     return ClaimRecord(
-        claim=ClaimRef("ns", "c", uid), phase=PREPARED,
-        devices=[DeviceRecord(key="nic/netdev-virtual/s", request="nic", pool="node-a",
-                              device="netdev-virtual", share_id="s", type="netdev",
-                              kind="veth", undo={"interfaces": ["drc1"]},
-                              cdi_device_id="dra.example.com/netdev=x")],
-        pod_uids=["p"], cdi_specs=["f.json"])
+        claim=ClaimRef("ns", "c", uid),
+        phase=PREPARED,
+        devices=[
+            DeviceRecord(
+                key="nic/netdev-virtual/s",
+                request="nic",
+                pool="node-a",
+                device="netdev-virtual",
+                share_id="s",
+                type="netdev",
+                kind="veth",
+                undo={"interfaces": ["drc1"]},
+                cdi_device_id="dra.example.com/netdev=x",
+            )
+        ],
+        pod_uids=["p"],
+        cdi_specs=["f.json"],
+    )
 
 
 def test_roundtrip_keeps_full_uid_and_exact_answer(tmp_path):
@@ -26,14 +38,21 @@ def test_roundtrip_keeps_full_uid_and_exact_answer(tmp_path):
     assert loaded == _record()
     doc = json.loads(store.path(UID).read_text())
     assert doc["version"] == 1 and doc["claim"]["uid"] == UID
-    assert doc["answer"] == [{"requestNames": ["nic"], "poolName": "node-a",
-                              "deviceName": "netdev-virtual",
-                              "cdiDeviceIds": ["dra.example.com/netdev=x"], "shareId": "s"}]
+    assert doc["answer"] == [
+        {
+            "requestNames": ["nic"],
+            "poolName": "node-a",
+            "deviceName": "netdev-virtual",
+            "cdiDeviceIds": ["dra.example.com/netdev=x"],
+            "shareId": "s",
+        }
+    ]
     assert store.load(UID2) is None
 
 
-@pytest.mark.parametrize("content", [b"{not json", b'{"version": 99}', b"[]",
-                                     b'{"version": 1, "phase": "prepared"}'])
+@pytest.mark.parametrize(
+    "content", [b"{not json", b'{"version": 99}', b"[]", b'{"version": 1, "phase": "prepared"}']
+)
 def test_corrupt_record_is_quarantined_with_reason(tmp_path, content):
     store = RecordStore(tmp_path)
     store.save(_record(UID2))

@@ -21,12 +21,25 @@ def _parse(argv, env, monkeypatch, run=True):
 
 
 def test_every_flag_comes_from_the_environment_too(monkeypatch):
-    s = _parse([], {"NODE_NAME": "n1", "POD_UID": "u1", "KUBECONFIG": "/k",
-                    "DRA_DRIVER_NAME": "net.example.org", "DRA_CDI_DIR": "/c",
-                    "DRA_VIRTUAL_SLOTS": "4", "DRA_PARENT_INTERFACES": "eth1, ens*"},
-               monkeypatch)
-    assert (s.node_name, s.pod_uid, s.kubeconfig, s.driver_name) == ("n1", "u1", "/k",
-                                                                      "net.example.org")
+    s = _parse(
+        [],
+        {
+            "NODE_NAME": "n1",
+            "POD_UID": "u1",
+            "KUBECONFIG": "/k",
+            "DRA_DRIVER_NAME": "net.example.org",
+            "DRA_CDI_DIR": "/c",
+            "DRA_VIRTUAL_SLOTS": "4",
+            "DRA_PARENT_INTERFACES": "eth1, ens*",
+        },
+        monkeypatch,
+    )
+    assert (s.node_name, s.pod_uid, s.kubeconfig, s.driver_name) == (
+        "n1",
+        "u1",
+        "/k",
+        "net.example.org",
+    )
     assert s.virtual_slots == 4 and s.parent_interfaces == ("eth1", "ens*")
     assert str(s.state_dir) == "/c/net.example.org-state"
 
@@ -55,8 +68,10 @@ class _Plugin:
 
 def test_two_plugins_serving_one_kind_is_a_startup_error_naming_both():
     with pytest.raises(RegistryError, match="'netdev' and 'thirdparty' both serve"):
-        HandlerRegistry({"netdev": __import__("handlers.netdev").netdev,
-                         "thirdparty": _Plugin()}, entry_points=False)
+        HandlerRegistry(
+            {"netdev": __import__("handlers.netdev").netdev, "thirdparty": _Plugin()},
+            entry_points=False,
+        )
 
 
 def test_unknown_kind_lists_available():
@@ -66,18 +81,37 @@ def test_unknown_kind_lists_available():
 
 
 def test_status_body_reports_ready_and_network_data():
-    record = ClaimRecord(ClaimRef("ns", "c", "uid"), PREPARED, devices=[DeviceRecord(
-        key="k", request="nic", pool="node-a", device="netdev-virtual", share_id="s1",
-        type="netdev", kind="veth", undo={},
-        network_data={"interfaceName": "net1", "ips": ["10.0.0.2/24"],
-                      "hardwareAddress": "02:00:00:00:00:01"})])
+    record = ClaimRecord(
+        ClaimRef("ns", "c", "uid"),
+        PREPARED,
+        devices=[
+            DeviceRecord(
+                key="k",
+                request="nic",
+                pool="node-a",
+                device="netdev-virtual",
+                share_id="s1",
+                type="netdev",
+                kind="veth",
+                undo={},
+                network_data={
+                    "interfaceName": "net1",
+                    "ips": ["10.0.0.2/24"],
+                    "hardwareAddress": "02:00:00:00:00:01",
+                },
+            )
+        ],
+    )
     body = status.status_body(record, "dra.example.com", "node-a", 0)
     [entry] = body["status"]["devices"]
     assert entry["shareID"] == "s1" and entry["pool"] == "node-a"
     assert entry["conditions"][0]["type"] == "Ready"
     assert entry["conditions"][0]["lastTransitionTime"] == "1970-01-01T00:00:00Z"
-    assert entry["networkData"] == {"interfaceName": "net1", "ips": ["10.0.0.2/24"],
-                                    "hardwareAddress": "02:00:00:00:00:01"}
+    assert entry["networkData"] == {
+        "interfaceName": "net1",
+        "ips": ["10.0.0.2/24"],
+        "hardwareAddress": "02:00:00:00:00:01",
+    }
 
 
 def test_socket_names_per_pod_uid_and_shortened_when_too_long(tmp_path):
@@ -90,10 +124,14 @@ def test_socket_names_per_pod_uid_and_shortened_when_too_long(tmp_path):
     assert rolled.registration.name == f"dra.example.com-{uid}-reg.sock"
     assert rolled.service.name == f"dra-{uid}.sock"
     deep = Path("/" + "d" * 70)
-    short = socket_paths(Settings(node_name="n", pod_uid=uid, kubelet_registry_dir=deep,
-                                  kubelet_plugins_dir=deep))
+    short = socket_paths(
+        Settings(node_name="n", pod_uid=uid, kubelet_registry_dir=deep, kubelet_plugins_dir=deep)
+    )
     assert len(str(short.registration)) <= 105 and short.registration.name.endswith("-reg.sock")
     assert len(str(short.service)) <= 105
-    other = socket_paths(Settings(node_name="n", pod_uid=uid[::-1], kubelet_registry_dir=deep,
-                                  kubelet_plugins_dir=deep))
+    other = socket_paths(
+        Settings(
+            node_name="n", pod_uid=uid[::-1], kubelet_registry_dir=deep, kubelet_plugins_dir=deep
+        )
+    )
     assert other.registration != short.registration

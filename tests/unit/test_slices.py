@@ -12,8 +12,12 @@ def test_virtual_device_is_shareable_with_slots():
     assert body == {
         "name": "netdev-virtual",
         "attributes": {"kind": {"string": "virtual"}, "type": {"string": "netdev"}},
-        "capacity": {"slots": {"value": "128", "requestPolicy": {
-            "default": "1", "validRange": {"min": "1", "step": "1"}}}},
+        "capacity": {
+            "slots": {
+                "value": "128",
+                "requestPolicy": {"default": "1", "validRange": {"min": "1", "step": "1"}},
+            }
+        },
         "allowMultipleAllocations": True,
     }
 
@@ -31,7 +35,8 @@ def test_empty_pool_still_publishes_one_slice_owned_by_the_node():
     assert body["spec"]["devices"] == [] and body["spec"]["nodeName"] == "node-a"
     assert body["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
     assert body["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "uid-1", "controller": True}]
+        {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "uid-1", "controller": True}
+    ]
 
 
 def test_more_than_128_devices_split_into_one_pool():
@@ -70,8 +75,11 @@ def test_content_ignores_generation_and_empty_fields_the_server_omits():
 
 def test_dropped_fields_are_detected():
     [sent] = _build(slices.virtual_devices(8, False))
-    stored = {"spec": {"devices": [{"name": "netdev-virtual",
-                                    "capacity": {"slots": {"value": "8"}}}]}}
+    stored = {
+        "spec": {"devices": [{"name": "netdev-virtual", "capacity": {"slots": {"value": "8"}}}]}
+    }
     assert slices.dropped_fields(sent["spec"]["devices"], stored) == [
-        "netdev-virtual.allowMultipleAllocations", "netdev-virtual.capacity.slots.requestPolicy"]
+        "netdev-virtual.allowMultipleAllocations",
+        "netdev-virtual.capacity.slots.requestPolicy",
+    ]
     assert slices.dropped_fields(sent["spec"]["devices"], sent) == []
