@@ -94,6 +94,23 @@ class Sysfs:
         node = self.read_int("bus", "pci", "devices", pci, "numa_node")
         return node if node is not None and node >= 0 else None
 
+    # -- RDMA -----------------------------------------------------------------------------
+
+    def rdma_devices(self) -> list[str]:
+        """Every RDMA device in class/infiniband."""
+        return self.listdir("class", "infiniband")
+
+    def rdma_netdev(self, ibdev: str) -> str | None:
+        """The Ethernet netdev behind an RDMA device: GID table, rxe's parent, or PCI function."""
+        ndev = self.read("class", "infiniband", ibdev, "ports", "1", "gid_attrs", "ndevs", "0")
+        if ndev:
+            return ndev
+        parent = self.read("class", "infiniband", ibdev, "parent")
+        if parent:
+            return parent
+        netdevs = self.listdir("class", "infiniband", ibdev, "device", "net")
+        return netdevs[0] if netdevs else None
+
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
     """Whether `name` matches one of the operator's glob patterns."""

@@ -39,7 +39,6 @@ def _host_links() -> set[str]:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.geteuid() == 0:
         _baseline["links"] = _host_links()
-        _baseline["netns"] = set(netns.ours())
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -95,7 +94,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.geteuid() != 0 or not _baseline:
         return
-    left_ns = sorted(set(netns.ours()) - _baseline["netns"])
+    # Only this session's namespaces: another test run may be going on beside this one.
+    left_ns = sorted(set(netns.ours()) & netns.CREATED)
     left_links = sorted(_host_links() - _baseline["links"])
     left_procs = sorted(pid for pid in RUNNING if Path(f"/proc/{pid}").exists())
     if left_ns or left_links or left_procs:

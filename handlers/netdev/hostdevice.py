@@ -38,12 +38,15 @@ def discover(context: HandlerContext) -> list[Device]:
     """Every allowed interface as a `nic-<name>` device."""
     fs = sysfs.Sysfs(context.sysfs_root)
     primary = sysfs.default_route_interfaces(PROC)
+    # A netdev behind an RDMA device is offered through that device (roce-devices) only,
+    # so one NIC can never be allocated twice, once plain and once with its RDMA half.
+    behind_rdma = {fs.rdma_netdev(ibdev) for ibdev in fs.rdma_devices()}
     devices = []
     for ifname in fs.net_interfaces():
         if not context.parent_interfaces or offered(context, ifname, primary) is not None:
             continue
-        if fs.physfn(ifname):
-            continue  # SR-IOV VFs are published by the sriov-vf kind
+        if fs.physfn(ifname) or ifname in behind_rdma:
+            continue  # VFs are published by sriov-vf, RDMA netdevs by the rdma plugin
         attrs: dict[str, Any] = {"type": "netdev", "kind": KIND, "interfaceName": ifname}
         for name, value in (
             ("macAddress", fs.read("class", "net", ifname, "address")),

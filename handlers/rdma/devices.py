@@ -40,7 +40,7 @@ def read(fs: sysfs.Sysfs, ibdev: str) -> RdmaDevice:
         node_guid=fs.read("class", "infiniband", ibdev, "node_guid"),
         link_layer=fs.read("class", "infiniband", ibdev, "ports", "1", "link_layer"),
         port_state=match[1] if match else (state or None),
-        netdev=_netdev(fs, ibdev),
+        netdev=fs.rdma_netdev(ibdev),
         pci=fs.link_name("class", "infiniband", ibdev, "device"),
         umads=tuple(_by_ibdev(fs, "infiniband_mad", ibdev)),
     )
@@ -49,18 +49,6 @@ def read(fs: sysfs.Sysfs, ibdev: str) -> RdmaDevice:
 def _by_ibdev(fs: sysfs.Sysfs, cls: str, ibdev: str) -> list[str]:
     """Entries of class/<cls> (uverbsN, umadN) whose `ibdev` file names this device."""
     return [e for e in fs.listdir("class", cls) if fs.read("class", cls, e, "ibdev") == ibdev]
-
-
-def _netdev(fs: sysfs.Sysfs, ibdev: str) -> str | None:
-    """The Ethernet netdev of a RoCE device: GID table, rxe's parent, or the PCI function's."""
-    ndev = fs.read("class", "infiniband", ibdev, "ports", "1", "gid_attrs", "ndevs", "0")
-    if ndev:
-        return ndev
-    parent = fs.read("class", "infiniband", ibdev, "parent")
-    if parent:
-        return parent
-    netdevs = fs.listdir("class", "infiniband", ibdev, "device", "net")
-    return netdevs[0] if netdevs else None
 
 
 def roce_capable(context: HandlerContext, dev: RdmaDevice, primary: set[str]) -> bool:
@@ -77,7 +65,7 @@ def discover(context: HandlerContext) -> list[Device]:
     fs = sysfs.Sysfs(context.sysfs_root)
     primary = sysfs.default_route_interfaces(hostdevice.PROC)
     devices = []
-    for ibdev in fs.listdir("class", "infiniband"):
+    for ibdev in fs.rdma_devices():
         dev = read(fs, ibdev)
         if dev.uverbs is None:
             continue

@@ -11,6 +11,7 @@ import pytest
 
 from dradriver import naming
 from dradriver.errors import DriverError
+from handlers.netdev import hostdevice
 from handlers.rdma import devices
 from tests.support import netns
 from tests.support.fakesys import FakeSys
@@ -309,3 +310,11 @@ def test_real_roce_moves_the_rxe_netdev_and_gives_it_back(rxe, in_ns):
     handler.unprepare(prepared.undo)
     seen = seen_in(in_ns, "r0")
     assert (seen.mtu, seen.addresses) == (1500, ["10.50.0.1/24"])
+
+
+@pytest.mark.kind("roce", fabricated=True)
+def test_a_roce_nics_netdev_is_not_also_offered_as_a_plain_host_device(fabricated):
+    nics = {d.attributes["interfaceName"] for d in hostdevice.discover(fabricated)}
+    assert "eth5" not in nics  # offered through rdma mlx5_0 (roce) only
+    roce = [d for d in devices.discover(fabricated) if d.attributes.get("netdev") == "eth5"]
+    assert len(roce) == 1 and roce[0].attributes["roce"] is True

@@ -23,10 +23,14 @@ def _setns(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+CREATED: set[str] = set()  # namespaces this test session made (checked at its end)
+
+
 def create(tag: str = "") -> str:
     """A new namespace `dratest-<tag>-<random>` with loopback up."""
     name = f"{PREFIX}{tag + '-' if tag else ''}{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
+    CREATED.add(name)
     subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
     return name
 

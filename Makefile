@@ -1,0 +1,124 @@
+# dra-driver: build, test, and try it on a kind cluster.
+#   make            lists the targets
+#   make all        cluster -> build -> load -> deploy -> network-test -> network-check
+# Needs for the cluster targets: docker (an engine), kind, kubectl.
+
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+DOCKER ?= docker
+KIND ?= kind
+KUBECTL ?= kubectl
+
+CLUSTER ?= dra-driver
+IMAGE ?= dra-driver:dev
+KIND_NODE_VERSION ?= v1.36.4
+KIND_NODE_IMAGE ?= dra-driver-kind-node:$(KIND_NODE_VERSION)
+NAMESPACE ?= dra-system
+TIMEOUT ?= 300
+
+KCTL = $(KUBECTL) --context kind-$(CLUSTER)
+DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml
+EXAMPLES = -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml
+NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --context kind-$(CLUSTER)
+
+.DEFAULT_GOAL := help
+.PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
+	network-check restart logs debug clean test lint proto test-kernel e2e bench
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+all: ## everything on kind: cluster, build, load, deploy, network-test, network-check
+	$(MAKE) cluster
+	$(MAKE) build
+	$(MAKE) load
+	$(MAKE) deploy
+	$(MAKE) network-test
+	$(MAKE) network-check
+
+kind-image: ## build the kind node image (kindest/node + containerd/runc with CDI netDevices)
+	$(DOCKER) build -t $(KIND_NODE_IMAGE) kind-node
+
+check-dummy: ## check that the host kernel can create dummy interfaces (the examples use them)
+	@if [ -d /sys/module/dummy ] || modinfo dummy >/dev/null 2>&1; then \
+		echo "host kernel: dummy available"; \
+	elif [ "$$(id -u)" = 0 ] && ip link add dradummyprobe type dummy 2>/dev/null; then \
+		ip link del dradummyprobe; echo "host kernel: dummy available"; \
+	else \
+		echo "host kernel $$(uname -r) has no 'dummy' network module; kind nodes share the"; \
+		echo "host kernel, so the dummy examples (net1, ctrl0) would fail. Install the"; \
+		echo "kernel's extra modules (Debian/Ubuntu: linux-modules-extra-$$(uname -r), Fedora:"; \
+		echo "kernel-modules-extra) and run 'sudo modprobe dummy', or set SKIP_DUMMY_CHECK=1."; \
+		[ -n "$(SKIP_DUMMY_CHECK)" ] && echo "SKIP_DUMMY_CHECK set: going on without dummy"; \
+	fi
+
+cluster: check-dummy ## create the kind cluster (control plane + 2 workers) from kind-config.yaml
+	@$(DOCKER) image inspect $(KIND_NODE_IMAGE) >/dev/null 2>&1 || $(MAKE) kind-image
+	@if $(KIND) get clusters 2>/dev/null | grep -qx '$(CLUSTER)'; then \
+		echo "kind cluster $(CLUSTER) exists"; \
+	else \
+		$(KIND) create cluster --name $(CLUSTER) --config kind-config.yaml --image $(KIND_NODE_IMAGE); \
+	fi
+
+build: ## build the driver image (IMAGE, default dra-driver:dev)
+	$(DOCKER) build -t $(IMAGE) .
+
+load: ## load the driver image into the kind nodes
+	$(KIND) load docker-image $(IMAGE) --name $(CLUSTER)
+
+deploy: ## install namespace, RBAC, admission policy, DaemonSet and DeviceClasses
+	$(KCTL) apply $(DRIVER_MANIFESTS)
+	$(KCTL) -n $(NAMESPACE) rollout status daemonset/dra-driver --timeout=$(TIMEOUT)s
+
+undeploy: ## remove the examples and the driver
+	-$(KCTL) delete --ignore-not-found --wait=true $(EXAMPLES)
+	-$(KCTL) delete --ignore-not-found -f deploy/resourceclass.yaml -f deploy/driver.yaml
+	-$(KCTL) delete --ignore-not-found -f deploy/namespace.yaml
+
+network-test: ## apply the example workloads and wait until their pods run
+	$(KCTL) apply $(EXAMPLES)
+	$(NETWORK_CHECK) --timeout $(TIMEOUT) wait
+
+network-check: ## check every example interface in the pods: name, MTU, addresses
+	$(NETWORK_CHECK) check
+
+restart: ## restart the driver pods (rolling, as an upgrade would)
+	$(KCTL) -n $(NAMESPACE) rollout restart daemonset/dra-driver
+	$(KCTL) -n $(NAMESPACE) rollout status daemonset/dra-driver --timeout=$(TIMEOUT)s
+
+logs: ## show the driver logs of every node
+	$(KCTL) -n $(NAMESPACE) logs -l app.kubernetes.io/name=dra-driver --all-containers \
+		--prefix --tail=200 --max-log-requests=10
+
+debug: ## show driver pods, slices, classes, claims, example pods and recent events
+	-$(KCTL) get nodes -o wide
+	-$(KCTL) -n $(NAMESPACE) get pods -o wide
+	-$(KCTL) get deviceclasses
+	-$(KCTL) get resourceslices -o yaml
+	-$(KCTL) get resourceclaims -A -o wide
+	-$(KCTL) get pods -l 'app in (dummy-net1,macvlan-data0,rdma-uverbs,roce,multi-nic)' -o wide
+	-$(KCTL) describe pods -l 'app in (dummy-net1,macvlan-data0,rdma-uverbs,roce,multi-nic)' \
+		| grep -A20 '^Events:'
+	-$(KCTL) get events -A --sort-by=.lastTimestamp | tail -30
+
+clean: ## delete the kind cluster
+	-$(KIND) delete cluster --name $(CLUSTER)
+
+test: ## unit, integration, kernel and deploy tests
+	$(PYTHON) -m pytest tests/unit tests/integration tests/kernel tests/deploy
+
+lint: ## ruff check, ruff format --check, mypy
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
+
+proto: ## regenerate the gRPC modules from dradriver/kubelet/proto/*.proto
+	$(PYTHON) hack/gen_proto.py
+
+test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipvlan, soft-RoCE)
+	PYTHON=$(PYTHON) hack/test-kernel.sh
+
+e2e: ## end-to-end tests against a real control plane built from source
+	hack/build-k8s.sh && $(PYTHON) -m pytest tests/e2e
+
+bench: ## run the benchmarks (python -m bench)
+	$(PYTHON) -m bench

@@ -1,0 +1,108 @@
+"""Shared helpers of the deploy tests: the repository's files, parsed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+DRIVER = "dra.example.com"
+MANIFESTS = sorted(DEPLOY.glob("*.yaml"))
+EXAMPLE_FILES = (DEPLOY / "deployment.yaml", DEPLOY / "multi-nic-deployment.yaml")
+CLASS_FILE = DEPLOY / "resourceclass.yaml"
+KIND_CONFIG = ROOT / "kind-config.yaml"
+# The console script beside this interpreter (the venv's), else the same CLI via -m.
+_SCRIPT = Path(sys.executable).parent / "dra-driver"
+DRA_DRIVER = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "dradriver"]
+
+
+@cache
+def docs(path: Path) -> tuple[dict[str, Any], ...]:
+    """The non-empty YAML documents of `path`."""
+    return tuple(d for d in yaml.safe_load_all(path.read_text()) if d is not None)
+
+
+def all_docs(paths: tuple[Path, ...] = tuple(MANIFESTS)) -> list[dict[str, Any]]:
+    return [d for p in paths for d in docs(p)]
+
+
+def objects(kind: str, paths: tuple[Path, ...] = tuple(MANIFESTS)) -> list[dict[str, Any]]:
+    return [d for d in all_docs(paths) if d.get("kind") == kind]
+
+
+def one(kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in objects(kind) if d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def device_classes() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in objects("DeviceClass")}
+
+
+def selectors(device_class: dict[str, Any]) -> list[str]:
+    return [s["cel"]["expression"] for s in device_class["spec"].get("selectors") or []]
+
+
+def daemonset() -> dict[str, Any]:
+    return one("DaemonSet", "dra-driver")
+
+
+def driver_container() -> dict[str, Any]:
+    (container,) = daemonset()["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def env_value(name: str) -> str | None:
+    for env in driver_container().get("env") or []:
+        if env["name"] == name:
+            return env.get("value")
+    return None
+
+
+def run_driver(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`dra-driver ARGS` as the installed package runs it (environment cleared of DRA_*)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_")}
+    env.pop("NODE_NAME", None)
+    return subprocess.run(
+        [*DRA_DRIVER, *args], capture_output=True, text=True, env=env, check=check, cwd=ROOT
+    )
+
+
+def discover(*flags: str) -> list[dict[str, Any]]:
+    """Devices `dra-driver discover -o json --node-name n FLAGS` publishes."""
+    res = run_driver("discover", "-o", "json", "--node-name", "n", *flags)
+    assert res.returncode == 0, res.stderr
+    items = json.loads(res.stdout)["items"]
+    return [d for item in items for d in item["spec"]["devices"]]
+
+
+@cache
+def network_check() -> ModuleType:
+    """deploy/network-check.py as a module."""
+    path = DEPLOY / "network-check.py"
+    spec = importlib.util.spec_from_file_location("network_check", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["network_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def makefile_var(name: str) -> str:
+    """The default of `NAME ?= value` in the Makefile."""
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        left, sep, right = line.partition("?=")
+        if sep and left.strip() == name:
+            return right.strip()
+    raise AssertionError(f"Makefile has no {name} ?= ...")

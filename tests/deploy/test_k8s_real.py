@@ -1,0 +1,165 @@
+"""deploy/ evaluated by Kubernetes' own code (k8s.io v0.36.3 libraries, tests/deploy/k8scheck).
+
+- DeviceClass selectors: k8s.io/dynamic-resource-allocation/cel, the compiler and
+  evaluator the scheduler uses, must give exactly what tests/deploy/cel.py gives, for
+  every class and device of test_selectors and every case of test_cel.
+- The ResourceSlice admission policy: compiled and run by k8s.io/apiserver's validating
+  admission policy code on create, update and delete requests.
+
+Needs Go (the machine has it; the first build downloads the modules and takes about two
+minutes, later ones are cached in .cache/go like hack/build-k8s.sh's). Without Go these
+tests skip and say so; DRA_SKIP_K8S_LIBS=1 skips them on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dradriver import slices
+from dradriver.hookspecs import Device
+from tests.deploy import cel, test_cel
+from tests.deploy.support import DEPLOY, DRIVER, ROOT, device_classes, discover, selectors
+from tests.deploy.test_selectors import constructed_devices, fabricated_sysfs
+
+SOURCE = Path(__file__).resolve().parent / "k8scheck"
+SA = "system:serviceaccount:dra-system:dra-driver"
+NODE_KEY = "authentication.kubernetes.io/node-name"
+
+
+@pytest.fixture(scope="module")
+def k8scheck() -> Path:
+    if os.environ.get("DRA_SKIP_K8S_LIBS"):
+        pytest.skip("DRA_SKIP_K8S_LIBS is set")
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
+    if go is None:
+        pytest.skip("no Go toolchain: cannot build the Kubernetes-library checker")
+    out = ROOT / ".cache" / "deploy-tests" / "k8scheck"
+    env = {
+        **os.environ,
+        "GOTOOLCHAIN": "local",
+        "GOFLAGS": "-mod=readonly -modcacherw",
+        "GOCACHE": os.environ.get("GOCACHE", str(ROOT / ".cache" / "go" / "build")),
+        "GOMODCACHE": os.environ.get("GOMODCACHE", str(ROOT / ".cache" / "go" / "mod")),
+    }
+    res = subprocess.run(
+        [go, "build", "-o", str(out), "."], cwd=SOURCE, env=env, capture_output=True,
+        text=True, timeout=1200, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, f"building k8scheck failed:\n{res.stderr[-4000:]}"
+    return out
+
+
+def run(binary: Path, *args: str, cases: list) -> list:
+    res = subprocess.run(
+        [str(binary), *args], input=json.dumps(cases), capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    results = json.loads(res.stdout)
+    assert len(results) == len(cases)
+    return results
+
+
+def _mini(expr: str, driver: str, device: dict) -> dict:
+    try:
+        return {"value": cel.evaluate(expr, driver, device)}
+    except cel.CelError as exc:
+        return {"error": str(exc)}
+
+
+@pytest.mark.timeout(1500)
+def test_selectors_evaluate_as_kubernetes_does(k8scheck, tmp_path):
+    devices = [(d, DRIVER) for d in constructed_devices()]
+    devices += [(d, DRIVER) for d in discover()]
+    root = fabricated_sysfs(tmp_path / "sys")
+    devices += [
+        (d, DRIVER)
+        for d in discover("--sysfs-root", str(root), "--parent-interfaces", "zz*",
+                          "--sriov-pfs", "zzpf*", "--virtual-parents", "zz*")
+    ]  # fmt: skip
+    devices.append(
+        (slices.device_json(Device("rdma-x", {"type": "rdma", "kind": "uverbs"})), DRIVER)
+    )
+    devices.append(
+        ({"name": "gpu-0", "attributes": {"type": {"string": "rdma"},
+                                          "gpu.example.com/model": {"string": "x"}}},
+         "gpu.example.com")
+    )  # fmt: skip
+    cases = [
+        (f"{name} on {dev['name']}", expr, driver, dev)
+        for name, dc in device_classes().items()
+        for expr in selectors(dc)
+        for dev, driver in devices
+    ]
+    cases += [(f"value {e}", e, DRIVER, test_cel.DEV) for e, _ in test_cel.VALUE_CASES]
+    cases += [(f"error {e}", e, DRIVER, test_cel.DEV) for e in test_cel.ERROR_CASES]
+    real = run(k8scheck, "cel", cases=[{"expr": e, "driver": d, "device": dev}
+                                       for _, e, d, dev in cases])  # fmt: skip
+    differences = []
+    for (label, expr, driver, device), got in zip(cases, real, strict=True):
+        assert "compileError" not in got, f"{label}: {got['compileError']}"
+        mine = _mini(expr, driver, device)
+        if ("value" in mine) != ("value" in got) or mine.get("value") != got.get("value"):
+            differences.append(f"{label}: kubernetes {got}, tests/deploy/cel.py {mine}")
+    assert not differences, "\n".join(differences)
+
+
+def _slice(node: str | None) -> dict:
+    spec: dict = {"driver": DRIVER, "pool": {"name": node or "all", "generation": 1,
+                                             "resourceSliceCount": 1}}  # fmt: skip
+    if node:
+        spec["nodeName"] = node
+    else:
+        spec["allNodes"] = True
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node or 'all'}-dra-example-com-0"}, "spec": spec}  # fmt: skip
+
+
+ON_NODE_1 = {NODE_KEY: ["node-1"]}
+# (case, user, extra, operation, object's node, old object's node, allowed); "-": none
+VAP_CASES = [
+    ("create own", SA, ON_NODE_1, "CREATE", "node-1", "-", True),
+    ("create another node's", SA, ON_NODE_1, "CREATE", "node-2", "-", False),
+    ("create a cluster-wide slice", SA, ON_NODE_1, "CREATE", None, "-", False),
+    ("create without node in token", SA, None, "CREATE", "node-1", "-", False),
+    ("update own", SA, ON_NODE_1, "UPDATE", "node-1", "node-1", True),
+    ("update another node's", SA, ON_NODE_1, "UPDATE", "node-2", "node-2", False),
+    ("take over another's slice", SA, ON_NODE_1, "UPDATE", "node-1", "node-2", False),
+    ("move own slice away", SA, ON_NODE_1, "UPDATE", "node-2", "node-1", False),
+    ("delete own", SA, ON_NODE_1, "DELETE", "-", "node-1", True),
+    ("delete another node's", SA, ON_NODE_1, "DELETE", "-", "node-2", False),
+    ("delete without node in token", SA, None, "DELETE", "-", "node-1", False),
+    ("another service account", "system:serviceaccount:kube-system:x", None, "CREATE",
+     "node-2", "-", True),
+    ("an administrator deletes", "kubernetes-admin", None, "DELETE", "-", "node-2", True),
+]  # fmt: skip
+
+
+@pytest.mark.timeout(1500)
+def test_admission_policy_keeps_the_driver_to_its_own_node(k8scheck):
+    cases = [
+        {
+            "user": user,
+            "extra": extra or {},
+            "operation": op,
+            "object": None if obj == "-" else _slice(obj),
+            "oldObject": None if old == "-" else _slice(old),
+        }
+        for _, user, extra, op, obj, old, _ in VAP_CASES
+    ]
+    results = run(k8scheck, "vap", str(DEPLOY / "driver.yaml"), cases=cases)
+    wrong = []
+    for case, got in zip(VAP_CASES, results, strict=True):
+        if got["allowed"] != case[-1]:
+            wrong.append(f"{case[0]}: allowed={got['allowed']} {got['messages']}")
+        for message in got["messages"]:
+            assert "error" not in message.lower(), f"{case[0]}: denied by an error: {message}"
+    assert not wrong, "\n".join(wrong)
