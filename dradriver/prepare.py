@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,27 +22,27 @@ from dradriver.config import ConfigSchema
 from dradriver.errors import ClaimError, ConfigError, DeviceError, DriverError
 from dradriver.hookspecs import (
     ClaimRef,
-    DeviceRequest,
     Handler,
     HandlerContext,
     Prepared,
-    Validated,
 )
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import ApiError
 from dradriver.log import event
 from dradriver.metrics import Metrics
+from dradriver.plan import Plan, Planner, reserve_names
 from dradriver.records import (
     PREPARED,
     PREPARING,
     ClaimRecord,
     CorruptRecord,
-    DeviceRecord,
     RecordStore,
 )
 from dradriver.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)
+
+UNPREPARE_WORKERS = 8
 
 
 class ClaimSource(Protocol):
@@ -64,14 +65,6 @@ class Outcome:
 
     devices: list[dict[str, Any]]
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class _Plan:
-    handler: Handler
-    req: DeviceRequest
-    type: str
-    validated: Validated
 
 
 class Preparer:
@@ -101,6 +94,8 @@ class Preparer:
         self.api = api
         self.status = status
         self.metrics = metrics
+        self._pool: ThreadPoolExecutor | None = None
+        self._planner = Planner(context, inventory, schema, registry)
 
     # -- prepare -----------------------------------------------------------------------
 
@@ -117,17 +112,27 @@ class Preparer:
         record = self._load(ref)
         if record is not None and record.phase == PREPARED:
             event(log, logging.INFO, "already prepared", claim=ref.uid)
-            self._reserve_names(ref, record.pod_uids, record.devices, taken)
+            reserve_names(
+                ref,
+                record.pod_uids,
+                [(d.request, d.container_interfaces) for d in record.devices],
+                taken,
+            )
             return record.answer()
         if record is not None:
             self.roll_back(record)
         resolved = claims.resolve(self._get_claim(ref), ref, self.driver)
-        plans = [self._plan(ref, device) for device in resolved.devices]
+        plans = [self._planner.plan(ref, device) for device in resolved.devices]
         if not plans:
             return []  # no device of ours in this claim: nothing to do, nothing to record
-        self._reserve_names(ref, resolved.pod_uids, plans, taken)
+        reserve_names(
+            ref,
+            resolved.pod_uids,
+            [(p.req.request, p.validated.container_interfaces) for p in plans],
+            taken,
+        )
         record = ClaimRecord(ref, PREPARING, pod_uids=list(resolved.pod_uids))
-        done: list[tuple[_Plan, Prepared]] = []
+        done: list[tuple[Plan, Prepared]] = []
         try:
             for plan in plans:
                 req = replace(plan.req, journal=self._journaller(record, plan))
@@ -136,7 +141,7 @@ class Preparer:
                 except DriverError as exc:
                     raise DriverError(f"request {req.request}: {exc}") from exc
                 done.append((plan, prepared))
-                record.devices.append(self._device_record(plan, prepared))
+                record.devices.append(plan.record(prepared.undo, prepared))
             record.cdi_specs = self._write_specs(ref, done, record)
             record.phase = PREPARED
             self.records.save(record)  # the commit point
@@ -159,117 +164,17 @@ class Preparer:
                 raise ClaimError("not found in the API server (deleted?)") from None
             raise ClaimError(f"cannot read the ResourceClaim: {exc}") from None
 
-    def _plan(self, ref: ClaimRef, device: claims.AllocatedDevice) -> _Plan:
-        """Resolve and validate one allocated device without touching the kernel."""
-        where = f"request {device.base_request}"
-        try:
-            if device.pool != self.context.node_name:
-                raise ClaimError(
-                    f"device {device.device} is in pool {device.pool}, but this node "
-                    f"publishes pool {self.context.node_name}"
-                )
-            published = self.inventory.lookup(device.device)
-            if published is None:
-                raise DeviceError(f"device {device.device} is not published by this node")
-            resolved = self.schema.resolve(device.parameters, published)
-            handler = self.registry.get(resolved.type, resolved.kind)
-            req = DeviceRequest(
-                claim=ref,
-                request=device.base_request,
-                pool=device.pool,
-                device=device.device,
-                share_id=device.share_id,
-                key=naming.device_key(device.base_request, device.device, device.share_id),
-                kind=resolved.kind,
-                config=resolved.config,
-                published=published,
-                context=self.context,
-            )
-            return _Plan(handler, req, resolved.type, handler.validate(req))
-        except ConfigError as exc:
-            raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
-        except DriverError as exc:
-            raise DriverError(f"{where}: {exc}") from None
-
-    def _reserve_names(
-        self,
-        ref: ClaimRef,
-        pod_uids: Sequence[str],
-        devices: Sequence[_Plan] | Sequence[DeviceRecord],
-        taken: dict[tuple[str, str], str],
-    ) -> None:
-        """Refuse a container interface name another device of the same pod already uses."""
-        mine: dict[str, str] = {}
-        for device in devices:
-            if isinstance(device, _Plan):
-                request, names = device.req.request, device.validated.container_interfaces
-            else:
-                request, names = device.request, tuple(device.container_interfaces)
-            for name in names:
-                if name in mine:
-                    raise ConfigError(
-                        f"container interface name {name} is already used by request "
-                        f"{mine[name]} of this claim",
-                        f"request {request}: config $.interfaceName",
-                    )
-                mine[name] = request
-                for pod in pod_uids:
-                    other = taken.get((pod, name))
-                    if other is not None and other != ref.uid:
-                        raise ConfigError(
-                            f"container interface name {name} is already used by claim "
-                            f"{other} of the same pod {pod}",
-                            f"request {request}: config $.interfaceName",
-                        )
-        for name in mine:
-            for pod in pod_uids:
-                taken[(pod, name)] = ref.uid
-
-    def _journaller(self, record: ClaimRecord, plan: _Plan) -> Callable[[Mapping[str, Any]], None]:
+    def _journaller(self, record: ClaimRecord, plan: Plan) -> Callable[[Mapping[str, Any]], None]:
         """A journal callback persisting a device's undo data before it changes the host."""
 
         def journal(undo: Mapping[str, Any]) -> None:
-            partial = DeviceRecord(
-                key=plan.req.key,
-                request=plan.req.request,
-                pool=plan.req.pool,
-                device=plan.req.device,
-                share_id=plan.req.share_id,
-                type=plan.type,
-                kind=plan.req.kind,
-                undo=dict(undo),
-            )
-            self.records.save(replace(record, phase=PREPARING, devices=[*record.devices, partial]))
+            devices = [*record.devices, plan.record(undo)]
+            self.records.save(replace(record, phase=PREPARING, devices=devices))
 
         return journal
 
-    def _device_record(self, plan: _Plan, prepared: Prepared) -> DeviceRecord:
-        nd = prepared.network_data
-        return DeviceRecord(
-            key=plan.req.key,
-            request=plan.req.request,
-            pool=plan.req.pool,
-            device=plan.req.device,
-            share_id=plan.req.share_id,
-            type=plan.type,
-            kind=plan.req.kind,
-            undo=dict(prepared.undo),
-            container_interfaces=list(plan.validated.container_interfaces),
-            created_interfaces=list(prepared.created_interfaces),
-            host_interfaces=list(prepared.host_interfaces),
-            network_data=(
-                {
-                    "interfaceName": nd.interface_name,
-                    "ips": list(nd.ips),
-                    "hardwareAddress": nd.hardware_address,
-                }
-                if nd
-                else None
-            ),
-        )
-
     def _write_specs(
-        self, ref: ClaimRef, done: list[tuple[_Plan, Prepared]], record: ClaimRecord
+        self, ref: ClaimRef, done: list[tuple[Plan, Prepared]], record: ClaimRecord
     ) -> list[str]:
         """One CDI spec per device type of the claim; fills each device's CDI ID."""
         by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
@@ -315,11 +220,21 @@ class Preparer:
     # -- unprepare ---------------------------------------------------------------------
 
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
-        """Unprepare every claim of one kubelet call from local state only."""
-        return {
-            ref.uid: self._guarded("unprepare", ref, lambda r=ref: self._unprepare(r))
-            for ref in refs
-        }
+        """Unprepare every claim of one kubelet call from local state only.
+
+        Claims are independent, and the kernel lets link deletions overlap (most of the
+        ~15 ms of a deletion is a wait for RCU), so several claims run at once.
+        """
+        if len(refs) < 2:
+            return {
+                r.uid: self._guarded("unprepare", r, lambda r=r: self._unprepare(r)) for r in refs
+            }
+        if self._pool is None:  # persistent: each worker keeps its own netlink socket
+            self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
+        done = self._pool.map(
+            lambda r: self._guarded("unprepare", r, lambda: self._unprepare(r)), refs
+        )
+        return {ref.uid: outcome for ref, outcome in zip(refs, done, strict=True)}
 
     def _unprepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
         self._check_uid(ref)

@@ -77,24 +77,16 @@ def test_validate_config_exit_codes_and_every_error(tmp_path):
 def test_discover_prints_what_a_node_with_this_hardware_publishes(tmp_path, fmt):
     fs = FakeSys(tmp_path)
     fs.nic("ens1f0", "0000:3b:00.0")
+    fs.nic("ens1f1", "0000:3b:00.1")
     fs.sriov("ens2f0", "0000:5e:00.0", {0: ("0000:5e:00.2", "ens2f0v0")})
     fs.rdma("mlx5_0", pci="0000:3b:00.0", uverbs=0, netdev="ens1f0")
-    out = _run(
-        "discover",
-        "--node-name",
-        "node-a",
-        "--sysfs-root",
-        str(tmp_path),
-        "--parent-interfaces",
-        "ens1f0",
-        "--sriov-pfs",
-        "ens2f0",
-        "-o",
-        fmt,
-    )
+    flags = ["--sysfs-root", str(tmp_path), "--parent-interfaces", "ens1f*"]
+    flags += ["--sriov-pfs", "ens2f0", "-o", fmt]
+    out = _run("discover", "--node-name", "node-a", *flags)
     assert out.returncode == 0, out.stderr
     doc = yaml.safe_load(out.stdout) if fmt == "yaml" else json.loads(out.stdout)
     [s] = doc["items"]
     kinds = {d["name"]: d["attributes"]["kind"]["string"] for d in s["spec"]["devices"]}
     assert sorted(kinds.values()) == ["host-device", "sriov-vf", "uverbs", "virtual"]
+    assert "nic-ens1f1" in kinds and "nic-ens1f0" not in kinds  # ens1f0 is mlx5_0's netdev
     assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}

@@ -1,0 +1,1 @@
+"""Benchmarks of the driver against its physical floor (`make bench`, `python -m bench`)."""

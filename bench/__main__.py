@@ -1,0 +1,180 @@
+"""`python -m bench`: run every figure, write bench/results.json, print a Markdown table.
+
+Timings are measured, never asserted: the table marks each figure against its target.
+Run as root (network namespaces). `--quick` shrinks every figure for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import latency, lifecycle, publishing
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "dradriver", "handlers"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return {
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "git": rev + ("+dirty" if dirty else ""),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Every figure; each section is timed too."""
+    n = 20 if quick else 200
+    out: dict[str, Any] = {"machine": machine(), "seconds": {}}
+
+    def section(name: str, fn: Any, *args: Any) -> None:
+        start = time.monotonic()
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        out[name] = fn(*args)
+        out["seconds"][name] = round(time.monotonic() - start, 1)
+
+    section("kinds", lambda: [latency.kind_latency(k, n) for k in latency.KINDS])
+    section("batches", latency.batches, (1, 8, 32, 128), 2 if quick else 5)
+    section("restart", lifecycle.restart, 100 if quick else 1000, 3)
+    section("startup", lifecycle.startup, 5)
+    section("publishing", publishing.publishing, (0, 64, 512), 5 if quick else 20)
+    section("memory", lifecycle.memory, 1000 if quick else 10000, 100)
+    out["leftover_drivers"] = lifecycle.leftover_drivers()
+    return out
+
+
+def _ok(good: bool) -> str:
+    return "met" if good else "MISSED"
+
+
+def table(r: dict[str, Any]) -> str:
+    """The results as Markdown, each figure beside its floor and target."""
+    m = r["machine"]
+    lines = [
+        f"Machine: {m['cores']} cores, kernel {m['kernel']}, Python {m['python']}, "
+        f"git {m['git']}, {m['date']}",
+        "",
+        "| figure | driver | floor | ratio | target |",
+        "|---|---|---|---|---|",
+    ]
+    for k in r["kinds"]:
+        f, kind = k["floor"], k["kind"]
+        p, fp = k["prepare"], f["prepare"]
+        lines.append(
+            f"| {kind} prepare p50 / p99 (ms) | {p['p50_ms']:.2f} / {p['p99_ms']:.2f} "
+            f"| {fp['p50_ms']:.2f} / {fp['p99_ms']:.2f} | {p['p50_ms'] / fp['p50_ms']:.1f}x"
+            f" | p50 <= 5x floor, p99 <= 25: "
+            f"{_ok(p['p50_ms'] <= 5 * fp['p50_ms'] and p['p99_ms'] <= 25)} |"
+        )
+        g = k["unprepare_ns_gone"]
+        lines.append(
+            f"| {kind} unprepare, pod namespace gone, p50 / p99 (ms) | {g['p50_ms']:.2f} / "
+            f"{g['p99_ms']:.2f} | {f['unprepare_ns_gone']['p50_ms']:.2f} / "
+            f"{f['unprepare_ns_gone']['p99_ms']:.2f} | "
+            f"{g['p50_ms'] / f['unprepare_ns_gone']['p50_ms']:.1f}x | p99 <= 10: "
+            f"{_ok(g['p99_ms'] <= 10)} |"
+        )
+        h, fd = k["unprepare_on_host"], f["link_delete"]
+        lines.append(
+            f"| {kind} unprepare, still on host, p50 / p99 (ms) | {h['p50_ms']:.2f} / "
+            f"{h['p99_ms']:.2f} | {fd['p50_ms']:.2f} / {fd['p99_ms']:.2f} (link op) | "
+            f"{h['p50_ms'] / fd['p50_ms']:.2f}x | p50 <= 1.5x: "
+            f"{_ok(h['p50_ms'] <= 1.5 * fd['p50_ms'])} |"
+        )
+        hp = k["handler"]
+        lines.append(
+            f"| {kind} handler alone, in process: prepare / unprepare p50 (ms) | "
+            f"{hp['prepare']['p50_ms']:.2f} / {hp['unprepare_on_host']['p50_ms']:.2f} | "
+            f"{f['link_create']['p50_ms']:.2f} / {fd['p50_ms']:.2f} | | |"
+        )
+    veth_delete = next(k for k in r["kinds"] if k["kind"] == "veth")["floor"]["link_delete"]
+    by = {b["claims"]: b for b in r["batches"]}
+    for b in r["batches"]:
+        lines.append(
+            f"| batch of {b['claims']}: prepare total / per claim (ms) | "
+            f"{b['prepare_total_ms']:.0f} / {b['prepare_per_claim_ms']:.2f} | | | |"
+        )
+        lines.append(
+            f"| batch of {b['claims']}: unprepare on host total / per claim (ms) | "
+            f"{b['unprepare_total_ms']:.0f} / {b['unprepare_per_claim_ms']:.2f} | "
+            f"{b['claims'] * veth_delete['p50_ms']:.0f} (deletions in a row) | "
+            f"{b['unprepare_total_ms'] / (b['claims'] * veth_delete['p50_ms']):.2f}x | |"
+        )
+    if 128 in by and 8 in by:
+        flat = by[128]["prepare_per_claim_ms"] / by[8]["prepare_per_claim_ms"]
+        lines.append(
+            f"| 128 claims in one call, per-claim cost 128 vs 8 | "
+            f"{by[128]['prepare_total_ms'] / 1e3:.2f} s, {flat:.2f}x | | | <= 1.5 s, "
+            f"flat: {_ok(by[128]['prepare_total_ms'] <= 1500 and flat <= 1.25)} |"
+        )
+    rs = r["restart"]
+    lines.append(
+        f"| restart with {rs['records']} records: to GetInfo / first prepare (s) | "
+        f"{rs['to_registration_s']:.2f} / {rs['to_first_prepare_s']:.2f} | | | "
+        f"<= 2 s: {_ok(rs['to_registration_s'] <= 2)} |"
+    )
+    st = r["startup"]
+    lines.append(f"| start-up, exec to registration socket (s) | {st['median_s']:.2f} | | | |")
+    for p in r["publishing"]:
+        lines.append(
+            f"| slice for {p['devices']} devices: build / first publish / unchanged "
+            f"check (ms), bytes | {p['build_ms']:.1f} / {p['first_publish_ms']:.1f} / "
+            f"{p['unchanged_check_ms']:.1f}, {p['bytes']} B in {p['slices']} slice(s) | "
+            f"| | |"
+        )
+    mem = r["memory"]
+    lines.append(
+        f"| RSS idle / with 128 claims / after {mem['cycles']} cycles (MB) | "
+        f"{mem['idle_mb']:.1f} / {mem['with_128_mb']:.1f} / {mem['after_cycles_mb']:.1f}"
+        f" | | | idle <= 70: {_ok(mem['idle_mb'] <= 70)} |"
+    )
+    lines.append(
+        f"| RSS growth over the cycles after the first 1000 (MB) | "
+        f"{mem['growth_after_first_1000_mb']:+.1f} (from idle: "
+        f"{mem['growth_from_idle_mb']:+.1f}) | | | <= 2: "
+        f"{_ok(mem['growth_after_first_1000_mb'] <= 2)} |"
+    )
+    total = sum(r["seconds"].values())
+    lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Run, save, print."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sample sizes (smoke run)")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results.json")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    results = run(args.quick)
+    args.output.write_text(json.dumps(results, indent=1) + "\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

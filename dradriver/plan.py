@@ -1,0 +1,141 @@
+"""Planning a claim: resolve and validate every device before any kernel work."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dradriver import claims, naming
+from dradriver.config import ConfigSchema
+from dradriver.errors import ClaimError, ConfigError, DeviceError, DriverError
+from dradriver.hookspecs import (
+    ClaimRef,
+    DeviceRequest,
+    Handler,
+    HandlerContext,
+    Prepared,
+    Validated,
+)
+from dradriver.inventory import Inventory
+from dradriver.records import DeviceRecord
+from dradriver.registry import HandlerRegistry
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One allocated device, validated: its handler, request, config type and result."""
+
+    handler: Handler
+    req: DeviceRequest
+    type: str
+    validated: Validated
+
+    def record(self, undo: Mapping[str, Any], prepared: Prepared | None = None) -> DeviceRecord:
+        """The device's record: journal (undo only) or prepared (with what it made)."""
+        nd = prepared.network_data if prepared else None
+        return DeviceRecord(
+            key=self.req.key,
+            request=self.req.request,
+            pool=self.req.pool,
+            device=self.req.device,
+            share_id=self.req.share_id,
+            type=self.type,
+            kind=self.req.kind,
+            undo=dict(undo),
+            container_interfaces=list(self.validated.container_interfaces),
+            created_interfaces=list(prepared.created_interfaces) if prepared else [],
+            host_interfaces=list(prepared.host_interfaces) if prepared else [],
+            network_data=(
+                {
+                    "interfaceName": nd.interface_name,
+                    "ips": list(nd.ips),
+                    "hardwareAddress": nd.hardware_address,
+                }
+                if nd
+                else None
+            ),
+        )
+
+
+class Planner:
+    """Turns allocation results into validated plans."""
+
+    def __init__(
+        self,
+        context: HandlerContext,
+        inventory: Inventory,
+        schema: ConfigSchema,
+        registry: HandlerRegistry,
+    ) -> None:
+        """Keep the collaborators."""
+        self.context = context
+        self.inventory = inventory
+        self.schema = schema
+        self.registry = registry
+
+    def plan(self, ref: ClaimRef, device: claims.AllocatedDevice) -> Plan:
+        """Resolve and validate one allocated device; errors name the request."""
+        where = f"request {device.base_request}"
+        try:
+            if device.pool != self.context.node_name:
+                raise ClaimError(
+                    f"device {device.device} is in pool {device.pool}, but this node "
+                    f"publishes pool {self.context.node_name}"
+                )
+            published = self.inventory.lookup(device.device)
+            if published is None:
+                raise DeviceError(f"device {device.device} is not published by this node")
+            resolved = self.schema.resolve(device.parameters, published)
+            handler = self.registry.get(resolved.type, resolved.kind)
+            req = DeviceRequest(
+                claim=ref,
+                request=device.base_request,
+                pool=device.pool,
+                device=device.device,
+                share_id=device.share_id,
+                key=naming.device_key(device.base_request, device.device, device.share_id),
+                kind=resolved.kind,
+                config=resolved.config,
+                published=published,
+                context=self.context,
+            )
+            return Plan(handler, req, resolved.type, handler.validate(req))
+        except ConfigError as exc:
+            raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
+        except DriverError as exc:
+            raise DriverError(f"{where}: {exc}") from None
+
+
+def reserve_names(
+    ref: ClaimRef,
+    pod_uids: Sequence[str],
+    uses: Sequence[tuple[str, Sequence[str]]],
+    taken: dict[tuple[str, str], str],
+) -> None:
+    """Refuse a container interface name another device of the same pod already uses.
+
+    `uses` are (request, container interface names) of this claim's devices; `taken`
+    maps (pod UID, name) to the claim holding it, across the claims of one call.
+    """
+    mine: dict[str, str] = {}
+    for request, names in uses:
+        for name in names:
+            if name in mine:
+                raise ConfigError(
+                    f"container interface name {name} is already used by request "
+                    f"{mine[name]} of this claim",
+                    f"request {request}: config $.interfaceName",
+                )
+            mine[name] = request
+            for pod in pod_uids:
+                other = taken.get((pod, name))
+                if other is not None and other != ref.uid:
+                    raise ConfigError(
+                        f"container interface name {name} is already used by claim "
+                        f"{other} of the same pod {pod}",
+                        f"request {request}: config $.interfaceName",
+                    )
+    for name in mine:
+        for pod in pod_uids:
+            taken[(pod, name)] = ref.uid
