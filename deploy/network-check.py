@@ -34,11 +34,15 @@ from typing import Any
 
 import yaml
 
+from dradriver import claims
+from dradriver.hookspecs import ClaimRef
+from handlers.netdev.common import DEFAULT_INTERFACE_NAME
+
 DRIVER = "dra.example.com"
 HERE = Path(__file__).resolve().parent
 DEFAULT_FILES = (HERE / "deployment.yaml", HERE / "multi-nic-deployment.yaml")
 CLASS_FILE = HERE / "resourceclass.yaml"
-DEFAULT_INTERFACE = "eth1"
+DEFAULT_INTERFACE = DEFAULT_INTERFACE_NAME
 
 Attrs = Mapping[str, Any]
 # Classes whose devices only nodes with such hardware publish; virtual-network is on
@@ -115,16 +119,6 @@ def load_docs(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return docs
 
 
-def deep_merge(lower: Any, upper: Any) -> Any:
-    """`upper` over `lower`: objects merge key by key, anything else is replaced."""
-    if isinstance(lower, dict) and isinstance(upper, dict):
-        out = dict(lower)
-        for key, value in upper.items():
-            out[key] = deep_merge(lower.get(key), value)
-        return out
-    return upper
-
-
 def _ours(configs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [c for c in configs if (c.get("opaque") or {}).get("driver") == DRIVER]
 
@@ -146,16 +140,26 @@ def request_parameters(
     claim_configs: Sequence[Mapping[str, Any]],
     classes: Mapping[str, list[Any]],
 ) -> dict[str, Any]:
-    """Class config first, then the claim's configs for `request`, merged in order."""
-    merged: Any = None
-    for params in classes.get(device_class, []):
-        merged = deep_merge(merged, params)
-    for config in _ours(claim_configs):
-        if not config.get("requests") or request in config["requests"]:
-            merged = deep_merge(merged, config["opaque"].get("parameters"))
-    if not merged:
-        merged = CLASS_DEFAULTS.get(device_class, {})
-    return dict(merged)
+    """The config the driver will use for `request`: its own claim resolution (class
+    configs first, then the claim's, request-scoped ones only for their request)."""
+    configs = [
+        {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": p}}
+        for p in classes.get(device_class, [])
+    ]
+    configs += [{**c, "source": "FromClaim"} for c in _ours(claim_configs)]
+    claim = {
+        "metadata": {"uid": "check"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": request, "driver": DRIVER, "pool": "", "device": ""}],
+                    "config": configs,
+                }
+            }
+        },
+    }
+    [device] = claims.resolve(claim, ClaimRef("", "", "check"), DRIVER).devices
+    return dict(device.parameters or CLASS_DEFAULTS.get(device_class, {}))
 
 
 def _netdev_fields(netdev: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,13 +31,6 @@ def host(in_ns):
     return in_ns
 
 
-@pytest.fixture
-def pod():
-    name = netns.create("pod")
-    yield name
-    netns.delete(name)
-
-
 def _original(host):
     seen = seen_in(host, "eth7")
     assert (seen.mtu, seen.mac, seen.up, seen.addresses) == (

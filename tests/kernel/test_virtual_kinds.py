@@ -55,13 +55,6 @@ def host(in_ns):
     return in_ns
 
 
-@pytest.fixture
-def pod():
-    name = netns.create("pod")
-    yield name
-    netns.delete(name)
-
-
 def _params(kind, extra, **fields):
     return {"type": "netdev", "netdev": {"kind": kind, **extra, **fields}}
 
