@@ -130,11 +130,16 @@ class KubeApi:
             resp = self._pool.request(method, url, body=data, headers=headers)
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
-        payload = json.loads(resp.data) if resp.data else None
+        try:
+            payload = json.loads(resp.data) if resp.data else None
+        except ValueError:  # a proxy's HTML error page, a truncated body
+            payload = resp.data.decode(errors="replace")[:300]
         if resp.status >= 400:
-            message = payload.get("message", "") if isinstance(payload, dict) else resp.data
+            message = payload.get("message", "") if isinstance(payload, dict) else payload
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
             raise ApiError(resp.status, reason or str(resp.reason), str(message))
+        if not isinstance(payload, (dict, type(None))):
+            raise ApiError(resp.status, "BadResponse", f"not JSON from {path}: {payload}")
         return payload
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:

@@ -87,6 +87,10 @@ class Publisher:
     def publish(self, force: bool = True) -> bool:
         """Make the API match the inventory; return whether anything was written."""
         devices = self._inventory.refresh()
+        if force:
+            # The Node may have been deleted and registered again under a new UID: a
+            # slice owned by the old UID is deleted by the garbage collector at once.
+            self._node_uid = None
         desired = slices.build_slices(
             self._driver, self._node, self._node_uid_cached(), devices, generation=0
         )
@@ -97,12 +101,12 @@ class Publisher:
             s["metadata"]["name"]: s for s in self._api.list_slices(self._driver, self._node)
         }
         current = [
-            slices.content(existing[s["metadata"]["name"]])
+            _owned_content(existing[s["metadata"]["name"]])
             if s["metadata"]["name"] in existing
             else None
             for s in desired
         ]
-        if current == contents and len(existing) == len(desired):
+        if current == [_owned_content(s) for s in desired] and len(existing) == len(desired):
             self._last_desired = contents
             return False
         generation = 1 + max(
@@ -172,3 +176,8 @@ class Publisher:
                 except OSError:  # ENOBUFS after a burst: we re-read everything anyway
                     pass
                 self.trigger(force=False)
+
+
+def _owned_content(slice_: dict[str, Any]) -> Any:
+    """What must match for a stored slice to need no update: its content and owner."""
+    return slices.content(slice_), slice_["metadata"].get("ownerReferences")

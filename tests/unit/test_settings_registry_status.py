@@ -135,3 +135,42 @@ def test_socket_names_per_pod_uid_and_shortened_when_too_long(tmp_path):
         )
     )
     assert other.registration != short.registration
+
+
+def test_api_errors_from_non_json_bodies_are_api_errors():
+    import http.server
+    import threading
+
+    from dradriver.kubeapi import ApiError, KubeApi
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<html>bad gateway</html>" if "bad" in self.path else b"not json"
+            self.send_response(502 if "bad" in self.path else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    class Cfg:
+        host = f"http://127.0.0.1:{server.server_address[1]}"
+        verify_ssl = False
+        cert_file = None
+
+        def get_api_key_with_prefix(self, *a, **k):
+            return None
+
+    api = KubeApi(configuration=Cfg())
+    try:
+        with pytest.raises(ApiError, match="502 Bad Gateway: <html>bad gateway</html>"):
+            api.get_node("bad")
+        with pytest.raises(ApiError, match="not JSON"):
+            api.get_node("good")
+    finally:
+        server.shutdown()
+        server.server_close()
