@@ -13,22 +13,27 @@ from tests.support import netns
 
 
 def link_floor(ns: str, kind: str, n: int) -> tuple[list[float], list[float]]:
-    """Create and delete the same link type with one netlink call each (seconds per call)."""
+    """Create n links of one type, then delete them, one netlink call each (seconds).
+
+    Created and deleted in two passes, as the driver's figures are measured (prepare
+    all, then unprepare all): a link deleted right after its creation is ~15% cheaper
+    to delete than one that has existed for a while.
+    """
     creates, deletes = [], []
     with netns.inside(ns), IPRoute() as ipr:
         if kind == "macvlan" and not ipr.link_lookup(ifname="fparent"):
             ipr.link("add", ifname="fparent", kind="veth", peer={"ifname": "fpeer"})
         parent = ipr.link_lookup(ifname="fparent")
         for i in range(n):
-            name = f"floor{i}"
             attrs: dict[str, object] = {"kind": kind}
             if kind == "veth":
                 attrs["peer"] = {"ifname": f"floorp{i}"}
             if kind == "macvlan":
                 attrs |= {"link": parent[0], "macvlan_mode": "bridge"}
-            t, _ = timed(lambda name=name, attrs=attrs: ipr.link("add", ifname=name, **attrs))
+            t, _ = timed(lambda i=i, attrs=attrs: ipr.link("add", ifname=f"floor{i}", **attrs))
             creates.append(t)
-            t, _ = timed(lambda name=name: ipr.link("del", ifname=name))
+        for i in range(n):
+            t, _ = timed(lambda i=i: ipr.link("del", ifname=f"floor{i}"))
             deletes.append(t)
     return creates, deletes
 
