@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import ipaddress
 from collections.abc import Mapping, Sequence
@@ -145,10 +146,31 @@ def configure(link: netlink.Link, cfg: NetConfig, alias: str | None) -> str | No
     return cfg.mac or link.address
 
 
-def create(req: DeviceRequest, name: str, what: str, **attrs: Any) -> netlink.Link:
-    """Create a down link called `name` (clearing our own leftover of the same name)."""
-    clear_leftover(name, tag(req))
-    netlink.call(f"create {what} {name}", lambda: netlink.ipr().link("add", ifname=name, **attrs))
+def create(
+    req: DeviceRequest, name: str, what: str, peer: str | None = None, **attrs: Any
+) -> netlink.Link:
+    """Create a down link called `name` (and its veth `peer`).
+
+    On a name clash, our own leftover of the same device (an earlier attempt whose
+    record was lost) is deleted and the creation retried; anyone else's link stays.
+    """
+    if peer is not None:
+        attrs["peer"] = {"ifname": peer}
+
+    def add() -> None:
+        netlink.call(
+            f"create {what} {name}", lambda: netlink.ipr().link("add", ifname=name, **attrs)
+        )
+
+    try:
+        add()
+    except DeviceError as exc:
+        if not netlink.is_errno(exc, errno.EEXIST):
+            raise
+        for leftover in (name, peer):
+            if leftover is not None:
+                clear_leftover(leftover, tag(req))
+        add()
     return netlink.require(name, what)
 
 

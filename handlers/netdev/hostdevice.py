@@ -36,6 +36,8 @@ def offered(context: HandlerContext, ifname: str, primary: set[str]) -> str | No
 
 def discover(context: HandlerContext) -> list[Device]:
     """Every allowed interface as a `nic-<name>` device."""
+    if not context.parent_interfaces:
+        return []  # nothing is offered unless the operator lists interfaces
     fs = sysfs.Sysfs(context.sysfs_root)
     primary = sysfs.default_route_interfaces(PROC)
     # A netdev behind an RDMA device is offered through that device (roce-devices) only,
@@ -43,7 +45,7 @@ def discover(context: HandlerContext) -> list[Device]:
     behind_rdma = {fs.rdma_netdev(ibdev) for ibdev in fs.rdma_devices()}
     devices = []
     for ifname in fs.net_interfaces():
-        if not context.parent_interfaces or offered(context, ifname, primary) is not None:
+        if offered(context, ifname, primary) is not None:
             continue
         if fs.physfn(ifname) or ifname in behind_rdma:
             continue  # VFs are published by sriov-vf, RDMA netdevs by the rdma plugin

@@ -22,11 +22,15 @@ _VF_SETTINGS = ("mac", "vlan", "trust", "spoofchk")
 
 def discover(context: HandlerContext) -> list[Device]:
     """Every VF with a kernel netdev whose PF is on the operator's list."""
+    if not context.sriov_pfs:
+        return []  # nothing is offered unless the operator lists PFs
     fs = sysfs.Sysfs(context.sysfs_root)
     devices = []
     for pf in fs.net_interfaces():
+        if not sysfs.matches(pf, context.sriov_pfs):
+            continue
         pf_pci = fs.pci_address(pf)
-        if not pf_pci or not sysfs.matches(pf, context.sriov_pfs) or fs.physfn(pf):
+        if not pf_pci or fs.physfn(pf):
             continue
         for index, vf_pci in sorted(fs.virtfns(pf_pci).items()):
             netdevs = fs.pci_netdevs(vf_pci)

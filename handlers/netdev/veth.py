@@ -35,8 +35,7 @@ class VethHandler(VirtualLinkHandler):
         inner, outer = common.host_name(req, "c"), common.host_name(req, "h")
         alias = common.tag(req)
         with netlink.rollback() as undo:
-            common.clear_leftover(outer, alias)
-            link = common.create(req, inner, "veth", kind="veth", peer={"ifname": outer})
+            link = common.create(req, inner, "veth", peer=outer, kind="veth")
             undo.append(lambda: netlink.delete(outer))
             host_end = netlink.require(outer, "veth host end")
             netlink.set_link(host_end, f"tag {outer}", ifalias=alias)
@@ -48,7 +47,7 @@ class VethHandler(VirtualLinkHandler):
                 )
         return Prepared(
             edits=common.net_devices_edit(inner, cfg.interface_name),
-            undo={"interfaces": [outer, inner], "alias": alias},
+            undo={"interfaces": [outer], "alias": alias},  # deleting one end deletes both
             network_data=cfg.network_data(mac),
             created_interfaces=(inner, outer),
             host_interfaces=(outer,),
