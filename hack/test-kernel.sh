@@ -9,7 +9,8 @@ start=$(date +%s)
 python=${PYTHON:-.venv/bin/python}
 results=${DRA_VM_CACHE:-.cache/vm}/results/kernel
 rm -rf "$results" && mkdir -p "$results"
-python3 hack/vm/run.py --timeout "${KERNEL_TIER_TIMEOUT:-1500}" --results-dir "$results" -- \
+python3 hack/vm/run.py --timeout "${KERNEL_TIER_TIMEOUT:-1500}" --results-dir "$results" \
+    --env PYTHONDONTWRITEBYTECODE=1 -- \
     "$python" -m pytest tests/kernel -q -rs -p no:cacheprovider --junitxml "$results/junit.xml"
 rc=$?
 if [ "$rc" -eq 0 ] && ! grep -q 'failures="0"' "$results/junit.xml" 2>/dev/null; then

@@ -138,6 +138,21 @@ def tool_env(kenv: KernelEnv, tmpdir: Path) -> dict[str, str]:
     return env
 
 
+# virtme-ng's guest init mounts a tmpfs over these after it has overlaid the repository,
+# so a repository below one of them (a CI clone in /var/tmp, say) would vanish.
+GUEST_TMPFS = ("/var/tmp", "/var/log", "/var/cache", "/var/lib/apt", "/var/lib/private")
+
+
+def repo_share_args() -> list[str]:
+    """How the repository reaches the guest, at the same path (the venv refers to it)."""
+    if any(Path(d) == REPO or Path(d) in REPO.parents for d in GUEST_TMPFS):
+        # --rwdir is mounted after those tmpfs mounts. It is the host directory itself,
+        # so the results directory inside it stays shared; callers keep the guest from
+        # writing elsewhere in it (PYTHONDONTWRITEBYTECODE, pytest -p no:cacheprovider).
+        return [f"--rwdir={REPO}"]
+    return ["--overlay-rwdir", str(REPO)]  # writable, writes discarded at power-off
+
+
 def vng_base_args(kenv: KernelEnv, args: argparse.Namespace, kvm: bool) -> list[str]:
     cmd = [
         str(kenv.vng),
@@ -150,8 +165,7 @@ def vng_base_args(kenv: KernelEnv, args: argparse.Namespace, kvm: bool) -> list[
         str(args.cpus),
         # Only the udev rule that names the virtio-serial ports; see the file.
         f"--rodir=/usr/lib/udev/rules.d={UDEV_RULES}",
-        "--overlay-rwdir",
-        str(REPO),
+        *repo_share_args(),
         "--overlay-rwdir",
         "/root",
         "--cwd",
