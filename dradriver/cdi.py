@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -43,12 +44,26 @@ def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
     write_atomic(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n")
 
 
-def remove_claim_specs(cdi_dir: Path, driver: str, claim_uid: str) -> list[Path]:
-    """Delete every spec file of one claim; return the ones that existed."""
+def remove_claim_specs(
+    cdi_dir: Path, driver: str, claim_uid: str, durable: bool = True
+) -> list[Path]:
+    """Delete every spec file of one claim; return the ones that existed.
+
+    `durable=False` skips the directory fsync, for callers whose next durable step
+    makes a lost removal harmless (start-up reconciliation deletes specs of claims
+    without a record).
+    """
     prefix, suffix = f"{driver}-", f"_{claim_uid}.json"
     with os.scandir(cdi_dir) as entries:  # plain string tests: no regex per claim UID
         names = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(suffix)]
-    return [cdi_dir / n for n in names if remove_durably(cdi_dir / n)]
+    if durable:
+        return [cdi_dir / n for n in names if remove_durably(cdi_dir / n)]
+    removed = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            (cdi_dir / name).unlink()
+            removed.append(cdi_dir / name)
+    return removed
 
 
 def claim_uid_of(path: Path, driver: str) -> str | None:

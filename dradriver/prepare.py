@@ -269,7 +269,9 @@ class Preparer:
                 failures.append(f"request {device.request} device {device.device}: {exc}")
         if failures:
             raise DeviceError("; ".join(failures) + " (will retry)")
-        cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+        # The record's removal is the durable step; a spec whose removal a crash loses
+        # has no record left, and start-up reconciliation deletes it.
+        cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid, durable=False)
         self.records.delete(ref.uid)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if self.metrics and record.phase == PREPARED:

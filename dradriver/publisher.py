@@ -176,8 +176,24 @@ class Publisher:
                 except OSError:  # ENOBUFS after a burst: we re-read everything anyway
                     pass
                 self.trigger(force=False)
+                # One wake-up per debounce period: a burst of prepares or unprepares
+                # must not keep this thread competing for the GIL on every event.
+                self._stopping.wait(_DEBOUNCE_SECONDS)
+                _drain(sock)
 
 
 def _owned_content(slice_: dict[str, Any]) -> Any:
     """What must match for a stored slice to need no update: its content and owner."""
     return slices.content(slice_), slice_["metadata"].get("ownerReferences")
+
+
+def _drain(sock: socket.socket) -> None:
+    """Discard the events queued on a netlink socket (their content is not used)."""
+    sock.setblocking(False)
+    try:
+        while True:
+            sock.recv(65536)
+    except OSError:  # EAGAIN: empty; ENOBUFS: dropped, fine
+        pass
+    finally:
+        sock.settimeout(1.0)
