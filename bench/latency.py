@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from bench import floors
@@ -68,6 +69,10 @@ def kind_latency(kind: str, n: int) -> dict[str, Any]:
         host_claims = _claims(env, kind, n, offset=n)
         for c in gone_claims + host_claims:
             prep.append(timed(lambda c=c: kubelet.prepare([c]))[0])
+        # Case 2 first: the pod never started, the interface is still on the host.
+        # (Measured before any namespace teardown: the kernel finishes destroying a
+        # namespace in the background, and that work would slow these deletions.)
+        on_host = [timed(lambda c=c: kubelet.unprepare([c]))[0] for c in host_claims]
         # Case 1, the usual one: the runtime moved the interface into the pod and the
         # pod's namespace is gone (virtual links die with it; a NIC comes back).
         pod = netns.create("pod")
@@ -77,9 +82,8 @@ def kind_latency(kind: str, n: int) -> dict[str, Any]:
             if kind == "host-device":
                 return_to_host(pod, env.ns, inner)
         netns.delete(pod)
+        time.sleep(3)  # let the kernel finish destroying the namespace
         gone = [timed(lambda c=c: kubelet.unprepare([c]))[0] for c in gone_claims]
-        # Case 2: the pod never started, the interface is still on the host.
-        on_host = [timed(lambda c=c: kubelet.unprepare([c]))[0] for c in host_claims]
         kubelet.close()
         floor = _floor(env, kind, n)
         handler = _in_process(env, kind, n)
