@@ -54,3 +54,41 @@ class VirtualLinkHandler:
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Delete the link if it is still on the host (it dies with the pod's namespace)."""
         common.delete_own(undo.get("interfaces", []), undo.get("alias", ""))
+
+
+class ParentedLinkHandler(VirtualLinkHandler):
+    """A virtual link on an allowed `parent` in one of `modes` (macvlan, ipvlan).
+
+    Subclasses name the link kind, its modes (config value -> kernel value), the
+    pyroute2 attribute carrying the mode, the default mode and any common field the
+    kind cannot honour.
+    """
+
+    modes: Mapping[str, Any] = {}
+    mode_attr = ""
+    default_mode = ""
+    dropped: tuple[str, ...] = ()
+
+    def schema(self, kind: str) -> Mapping[str, Any]:
+        """Common fields (minus `dropped`) plus parent (required) and mode."""
+        return common.schema(
+            {
+                "parent": common.PARENT,
+                "mode": {"enum": list(self.modes), "default": self.default_mode},
+            },
+            required=["parent"],
+            drop=self.dropped,
+        )
+
+    def check(self, req: DeviceRequest) -> None:
+        """The parent must be allowed and exist."""
+        common.require_allowed_parent(req, req.config["parent"])
+
+    def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
+        """The link on the parent's index, in the configured mode."""
+        parent = common.require_allowed_parent(req, req.config["parent"])
+        return {
+            "kind": req.kind,
+            "link": parent.index,
+            self.mode_attr: self.modes[req.config.get("mode", self.default_mode)],
+        }
