@@ -13,37 +13,20 @@ pytestmark = pytest.mark.root
 
 PARENT_CTX = context(virtual_parents=("p0", "br*", "nope*"))
 
+
+def _kind(kind, extra=None, id=None):
+    """One parametrised case, marked with its kind and the kernel feature it needs."""
+    marks = [pytest.mark.kind(kind), pytest.mark.kernel(kind)]
+    return pytest.param(kind, extra or {}, marks=marks, id=id or kind)
+
+
 KINDS = [
-    pytest.param(
-        "veth", {}, marks=[pytest.mark.kind("veth"), pytest.mark.kernel("veth")], id="veth"
-    ),
-    pytest.param(
-        "macvlan",
-        {"parent": "p0", "mode": "bridge"},
-        marks=[pytest.mark.kind("macvlan"), pytest.mark.kernel("macvlan")],
-        id="macvlan-bridge",
-    ),
-    pytest.param(
-        "macvlan",
-        {"parent": "p0", "mode": "private"},
-        marks=[pytest.mark.kind("macvlan"), pytest.mark.kernel("macvlan")],
-        id="macvlan-private",
-    ),
-    pytest.param(
-        "ipvlan",
-        {"parent": "p0", "mode": "l2"},
-        marks=[pytest.mark.kind("ipvlan"), pytest.mark.kernel("ipvlan")],
-        id="ipvlan-l2",
-    ),
-    pytest.param(
-        "ipvlan",
-        {"parent": "p0", "mode": "l3"},
-        marks=[pytest.mark.kind("ipvlan"), pytest.mark.kernel("ipvlan")],
-        id="ipvlan-l3",
-    ),
-    pytest.param(
-        "dummy", {}, marks=[pytest.mark.kind("dummy"), pytest.mark.kernel("dummy")], id="dummy"
-    ),
+    _kind("veth"),
+    _kind("macvlan", {"parent": "p0", "mode": "bridge"}, "macvlan-bridge"),
+    _kind("macvlan", {"parent": "p0", "mode": "private"}, "macvlan-private"),
+    _kind("ipvlan", {"parent": "p0", "mode": "l2"}, "ipvlan-l2"),
+    _kind("ipvlan", {"parent": "p0", "mode": "l3"}, "ipvlan-l3"),
+    _kind("dummy"),
 ]
 
 
