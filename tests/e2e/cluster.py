@@ -10,15 +10,15 @@ DELETE with grace period 0, see `Cluster.finish_pod_deletion`).
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import yaml
 
 from tests.support.driverproc import DRIVER
+from tests.support.waiting import wait_for
 
 from .controlplane import REPO_ROOT, ControlPlane
 from .kube import ApiError, load_documents
@@ -28,25 +28,10 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE}/resourceslices"
 DRIVER_NAMESPACE = "dra-system"
 DRIVER_SA = "dra-driver"
-T = TypeVar("T")
 # How long to wait for kube-scheduler or kube-controller-manager to act. Normally well
 # under a second; after a kube-apiserver restart their informers back off on the errors
 # they met meanwhile (up to client-go's 30 s cap) before they see changes again.
 CONTROLLERS = 90.0
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30) -> T:
-    """Poll `probe` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
 
 
 def driver_manifests() -> list[dict[str, Any]]:

@@ -7,8 +7,9 @@ import time
 import pytest
 
 from tests.support.driverproc import DRIVER
+from tests.support.waiting import wait_for
 
-from .cluster import Cluster, wait_for
+from .cluster import Cluster
 from .conftest import Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from tests.support.driverproc import DriverProcess
+from tests.support.waiting import wait_for
 
-from .cluster import Cluster, wait_for
+from .cluster import Cluster
 from .conftest import Node
 from .kubelet import check_answer, net_devices, results, spec_files
 

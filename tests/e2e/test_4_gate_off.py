@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from .cluster import CONTROLLERS, Cluster, wait_for
+from tests.support.waiting import wait_for
+
+from .cluster import CONTROLLERS, Cluster
 from .conftest import Node
 from .kubelet import net_devices, results, spec_files
 from .test_2_examples import wait_status

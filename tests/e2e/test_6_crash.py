@@ -15,8 +15,9 @@ from dradriver import naming
 from tests.support import netns
 from tests.support.driverproc import DriverProcess
 from tests.support.runtime import move_like_runc, seen_in
+from tests.support.waiting import wait_for
 
-from .cluster import Cluster, wait_for
+from .cluster import Cluster
 from .conftest import Node
 from .kubelet import check_answer, net_devices, record, record_uids, spec_files
 from .test_3_capacity import claim_pod, veth_template

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from tests.support.driverproc import DRIVER, DriverProcess
+from tests.support.waiting import wait_for
 
-from .cluster import RESOURCE, SLICES, Cluster, wait_for
+from .cluster import RESOURCE, SLICES, Cluster
 from .conftest import Node
 from .kubelet import check_answer, record_uids, results, spec_files
 from .test_3_capacity import claim_pod, veth_template

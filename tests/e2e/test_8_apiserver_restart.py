@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from .cluster import Cluster, wait_for
+from tests.support.waiting import wait_for
+
+from .cluster import Cluster
 from .conftest import Node
 from .kubelet import check_answer
 from .test_2_examples import wait_status

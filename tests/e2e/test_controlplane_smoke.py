@@ -10,12 +10,13 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.support.waiting import wait_for
 
 from .controlplane import NODE_NAME_EXTRA, ControlPlane, default_bin_dir, missing_binaries
 
@@ -63,17 +64,6 @@ spec:
     image: stand-in.invalid/user:e2e
     resources: {{claims: [{{name: dev}}]}}
 """
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def slice_manifest(node_uid: str) -> dict[str, Any]:

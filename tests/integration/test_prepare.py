@@ -1,7 +1,6 @@
 """NodePrepareResources / NodeUnprepareResources over the real sockets, real kernel objects."""
 
 import json
-import time
 import uuid
 
 import pytest
@@ -10,6 +9,7 @@ from tests.integration.helpers import answer, nothing_left, specs, veth_claim
 from tests.support import netns
 from tests.support.fakeapi import allocated_claim, opaque
 from tests.support.runtime import links_in
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
 
@@ -69,10 +69,12 @@ def test_status_devices_carry_ready_and_network_data(api, start_driver):
     fake.add_claim(claim)
     d = start_driver()
     assert answer(d.prepare([claim]), claim).error == ""
-    deadline = time.monotonic() + 10
-    while not fake.claim("default", "c1")["status"].get("devices"):
-        assert time.monotonic() < deadline, d.log()
-        time.sleep(0.05)
+    wait_for(
+        "status.devices",
+        lambda: fake.claim("default", "c1")["status"].get("devices"),
+        10,
+        log=d.log,
+    )
     [entry] = fake.claim("default", "c1")["status"]["devices"]
     result = claim["status"]["allocation"]["devices"]["results"][0]
     assert (entry["driver"], entry["pool"], entry["device"], entry["shareID"]) == (
@@ -95,10 +97,9 @@ def test_failed_status_write_is_logged_not_fatal(api, start_driver, ns):
     fake.add_claim(claim)
     d = start_driver()
     assert answer(d.prepare([claim]), claim).error == ""
-    deadline = time.monotonic() + 10
-    while "writing claim status failed" not in d.log():
-        assert time.monotonic() < deadline, d.log()
-        time.sleep(0.1)
+    wait_for(
+        "the failed status write in the log", lambda: "writing claim status failed" in d.log(), 10
+    )
     d.unprepare([claim])
     nothing_left(ns, d)
 

@@ -7,18 +7,9 @@ import pytest
 from tests.integration.helpers import answer, nothing_left
 from tests.support import netns
 from tests.support.fakeapi import allocated_claim, opaque
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.root
-
-
-def _wait(what, predicate, timeout=15.0, log=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{log()}"
-        time.sleep(0.05)
 
 
 def _devices(fake):
@@ -29,7 +20,7 @@ def _devices(fake):
 def test_slice_is_owned_by_the_node_in_a_pool_named_after_it(api, start_driver):
     fake, _ = api
     d = start_driver()
-    [s] = _wait("a slice", lambda: list(fake.slices.values()), log=d.log)
+    [s] = wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
     assert s["spec"]["driver"] == "dra.example.com" and s["spec"]["nodeName"] == "node-a"
     assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
     [owner] = s["metadata"]["ownerReferences"]
@@ -46,14 +37,14 @@ def test_slice_is_owned_by_the_node_in_a_pool_named_after_it(api, start_driver):
 def test_unchanged_pool_is_not_rewritten_and_a_deleted_one_is_healed(api, start_driver):
     fake, _ = api
     d = start_driver()  # --publish-interval 2 in tests
-    [s] = _wait("a slice", lambda: list(fake.slices.values()), log=d.log)
+    [s] = wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
     version = s["metadata"]["resourceVersion"]
     time.sleep(4.5)  # two periodic checks
     assert [x["metadata"]["resourceVersion"] for x in fake.slices.values()] == [version]
     with fake.lock:  # the kubelet deletes a driver's slices when it re-registers
         fake.slices.clear()
     d.notify(True)
-    [healed] = _wait("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
+    [healed] = wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
     assert healed["spec"]["pool"]["generation"] == 1
 
 
@@ -61,7 +52,7 @@ def test_dropped_consumable_capacity_falls_back_to_single_devices(api, start_dri
     fake, _ = api
     fake.drop_consumable_capacity = True
     d = start_driver("--virtual-slots", "4")
-    _wait("fallback devices", lambda: "netdev-virtual-3" in _devices(fake), log=d.log)
+    wait_for("fallback devices", lambda: "netdev-virtual-3" in _devices(fake), log=d.log)
     assert sorted(_devices(fake)) == [f"netdev-virtual-{i}" for i in range(4)]
     lines = [ln for ln in d.log().splitlines() if "dropped consumable-capacity" in ln]
     assert len(lines) == 1 and "DRAConsumableCapacity" in lines[0]
@@ -80,7 +71,7 @@ def test_more_than_128_devices_split_into_slices_of_one_pool(api, start_driver):
     fake, _ = api
     fake.drop_consumable_capacity = True
     d = start_driver("--virtual-slots", "200")
-    _wait("two slices", lambda: len(_devices(fake)) == 200, log=d.log)
+    wait_for("two slices", lambda: len(_devices(fake)) == 200, log=d.log)
     counts = sorted(len(s["spec"]["devices"]) for s in fake.slices.values())
     assert counts == [72, 128]
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in fake.slices.values()} == {2}
@@ -90,11 +81,11 @@ def test_more_than_128_devices_split_into_slices_of_one_pool(api, start_driver):
 def test_link_events_republish_without_waiting_for_the_timer(api, start_driver, ns):
     fake, _ = api
     d = start_driver("--publish-interval", "600", "--parent-interfaces", "eth*")
-    _wait("a slice", lambda: fake.slices, log=d.log)
+    wait_for("a slice", lambda: fake.slices, log=d.log)
     assert "nic-eth5" not in _devices(fake)
     netns.ip(ns, "link", "add", "eth5", "type", "veth", "peer", "name", "x5")
-    dev = _wait("nic-eth5", lambda: _devices(fake).get("nic-eth5"), timeout=10, log=d.log)
+    dev = wait_for("nic-eth5", lambda: _devices(fake).get("nic-eth5"), timeout=10, log=d.log)
     assert dev["attributes"]["kind"] == {"string": "host-device"}
     assert {s["spec"]["pool"]["generation"] for s in fake.slices.values()} == {2}
     netns.ip(ns, "link", "del", "eth5")
-    _wait("nic-eth5 gone", lambda: "nic-eth5" not in _devices(fake), timeout=10, log=d.log)
+    wait_for("nic-eth5 gone", lambda: "nic-eth5" not in _devices(fake), timeout=10, log=d.log)

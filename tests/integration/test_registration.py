@@ -2,13 +2,13 @@
 
 import signal
 import socket
-import time
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dradriver.kubelet.proto import dra_v1_pb2, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -35,10 +35,7 @@ def test_get_info_answers_what_the_kubelet_validates(start_driver):
 
 def test_registration_socket_appears_only_when_service_is_serving(start_driver):
     d = start_driver(wait=False)
-    deadline = time.monotonic() + 30
-    while not d.reg_socket.exists():
-        assert time.monotonic() < deadline, d.log()
-        time.sleep(0.002)
+    wait_for("the registration socket", d.reg_socket.exists, 30, interval=0.002, log=d.log)
     # The kubelet calls the service right after GetInfo: it must answer at once.
     with grpc.insecure_channel(f"unix://{d.service_socket}") as ch:
         resp = health_pb2_grpc.HealthStub(ch).Check(
@@ -64,10 +61,7 @@ def test_stale_sockets_replaced_and_ours_removed_on_signal(start_driver, droot, 
 def test_refused_registration_is_logged_as_error_with_kubelet_message(start_driver):
     d = start_driver()
     d.notify(False, "plugin version v9 not supported")
-    deadline = time.monotonic() + 5
-    while "kubelet refused the registration" not in d.log():
-        assert time.monotonic() < deadline, d.log()
-        time.sleep(0.05)
+    wait_for("the refusal in the log", lambda: "kubelet refused the registration" in d.log(), 5)
     line = next(ln for ln in d.log().splitlines() if "kubelet refused" in ln)
     assert "level=error" in line and 'error="plugin version v9 not supported"' in line
 

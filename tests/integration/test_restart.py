@@ -4,7 +4,6 @@ import contextlib
 import json
 import signal
 import threading
-import time
 import uuid
 
 import pytest
@@ -13,6 +12,7 @@ from dradriver import naming
 from tests.integration.helpers import answer, nothing_left, veth_claim
 from tests.support import netns
 from tests.support.runtime import links_in
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
 
@@ -129,10 +129,8 @@ def test_kill_during_prepare_leaks_nothing_after_restart(api, start_driver, ns):
     d = start_driver()
     t = threading.Thread(target=lambda: _ignore(d.prepare, claims), daemon=True)
     t.start()
-    deadline = time.monotonic() + 20
-    while not list(d.state.glob("*.alloc.json")):  # kill once the batch is under way
-        assert time.monotonic() < deadline, d.log()
-        time.sleep(0.001)
+    # Kill once the batch is under way.
+    wait_for("a record", lambda: list(d.state.glob("*.alloc.json")), 20, interval=0.001, log=d.log)
     d.stop(signal.SIGKILL)
     t.join(10)
     d = start_driver()
