@@ -39,7 +39,6 @@ class Link:
     mtu: int
     address: str | None
     up: bool
-    master: int | None
     link_type: int  # ARPHRD_*: 1 Ethernet, 32 InfiniBand
 
 
@@ -94,7 +93,6 @@ def _to_link(msg: Any) -> Link:
         mtu=msg.get("mtu"),
         address=msg.get("address"),
         up=bool(msg["flags"] & 1),
-        master=msg.get("master"),
         link_type=msg["ifi_type"],
     )
 

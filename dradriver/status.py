@@ -91,13 +91,6 @@ class StatusWriter:
         except queue.Full:
             self._failed(record, "status queue full")
 
-    def drain(self, timeout: float = 10.0) -> bool:
-        """Wait until every queued write was attempted (for tests and shutdown)."""
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return not self._queue.unfinished_tasks
-
     def _run(self) -> None:
         while True:
             record = self._queue.get()
