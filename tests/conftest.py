@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import kernel, netns
+from tests.support import hosttools, kernel, netns
 from tests.support.driverproc import RUNNING
 
 _kinds: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
@@ -32,21 +32,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _host_links() -> set[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    out = hosttools.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     return {line.split(": ")[1].split("@")[0] for line in out.splitlines() if ": " in line}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and hosttools.missing("ip") is None:
         _baseline["links"] = _host_links()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("root") and os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces and netlink)")
-    for mark in item.iter_markers("kernel"):
+    if item.get_closest_marker("root") or item.get_closest_marker("kernel"):
         if os.geteuid() != 0:
-            pytest.skip("needs root to probe kernel features")
+            pytest.skip("needs root (network namespaces and netlink)")
+        hosttools.require("ip")
+    for mark in item.iter_markers("kernel"):
         reason = kernel.missing(mark.args[0])
         if reason and IN_KERNEL_VM and mark.args[0] in VM_FEATURES:
             pytest.fail(f"the kernel-VM tier must exercise {mark.args[0]}: {reason}")

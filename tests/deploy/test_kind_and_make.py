@@ -10,6 +10,7 @@ import tomllib
 import pytest
 
 from tests.deploy.support import KIND_CONFIG, ROOT, docs
+from tests.support import hosttools
 
 TARGETS = [
     *("all", "kind-image", "cluster", "build", "load", "deploy", "undeploy"),
@@ -89,10 +90,8 @@ def make(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def make_available():
-    try:
-        subprocess.run(["make", "--version"], capture_output=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        pytest.fail("make is not installed: the Makefile cannot be checked")
+    if reason := hosttools.missing("make"):
+        pytest.fail(f"{reason}: the Makefile cannot be checked")
 
 
 def test_help_is_the_default_goal_and_lists_every_target(make_available):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import hosttools
 from tests.support.waiting import wait_for
 
 from .controlplane import NODE_NAME_EXTRA, ControlPlane, default_bin_dir, missing_binaries
@@ -104,7 +104,7 @@ def consumable_fields(obj: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def pgrep(pattern: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True)
+    out = hosttools.run(["pgrep", "-af", pattern], capture_output=True, text=True)
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support import netns
+from tests.support import hosttools, netns
 
 _LINK_SETUP = {
     "veth": ["type", "veth", "peer", "name", "p1"],
@@ -34,7 +33,9 @@ def missing(feature: str) -> str | None:
         )
     if feature not in _LINK_SETUP:
         return f"unknown kernel feature {feature}"
-    subprocess.run(["modprobe", "-q", feature], capture_output=True, check=False)
+    if reason := hosttools.missing("ip"):
+        return reason
+    _load_module(feature)
     ns = netns.create("probe")
     try:
         netns.ip(ns, "link", "add", "p0", "type", "veth", "peer", "name", "q0")
@@ -53,13 +54,20 @@ def missing(feature: str) -> str | None:
         netns.delete(ns)
 
 
+def _load_module(name: str) -> None:
+    """Load a kernel module if modprobe exists; without it, the probe sees what is built in
+    or already loaded (a fresh machine may lack kmod: that is not an error)."""
+    if hosttools.missing("modprobe") is None:
+        subprocess.run(["modprobe", "-q", name], capture_output=True, check=False)
+
+
 def _missing_rdma() -> str | None:
-    subprocess.run(["modprobe", "-q", "rdma_rxe"], capture_output=True, check=False)
+    _load_module("rdma_rxe")
     if not Path("/sys/module/rdma_rxe").exists():
-        return "the running kernel has no RDMA (module rdma_rxe for soft-RoCE is missing)"
-    if shutil.which("rdma") is None:
-        return "the rdma tool (iproute2) is missing"
-    return None
+        no_kmod = hosttools.missing("modprobe")
+        why = f"; {no_kmod}" if no_kmod else ""
+        return f"the running kernel has no RDMA (module rdma_rxe for soft-RoCE is missing{why})"
+    return hosttools.missing("rdma")
 
 
 def infiniband_port() -> str | None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from dradriver import netlink
+from tests.support.hosttools import run
 
 CLONE_NEWNET = 0x40000000
 PREFIX = "dratest-"
@@ -29,20 +29,20 @@ CREATED: set[str] = set()  # namespaces this test session made (checked at its e
 def create(tag: str = "") -> str:
     """A new namespace `dratest-<tag>-<random>` with loopback up."""
     name = f"{PREFIX}{tag + '-' if tag else ''}{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
+    run(["ip", "netns", "add", name], check=True)
     CREATED.add(name)
-    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
     return name
 
 
 def delete(name: str) -> None:
     """Delete a namespace (its virtual links die with it)."""
-    subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+    run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
 def ours() -> list[str]:
     """Test namespaces currently present."""
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out = run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
 
 
@@ -69,11 +69,9 @@ def fd(name: str) -> int:
 
 def ip(name: str, *args: str) -> str:
     """`ip -n <name> ...` output; raises on failure."""
-    return subprocess.run(
-        ["ip", "-n", name, *args], check=True, capture_output=True, text=True
-    ).stdout
+    return run(["ip", "-n", name, *args], check=True, capture_output=True, text=True).stdout
 
 
 def ip_host(*args: str) -> str:
     """`ip ...` in the host namespace; raises on failure."""
-    return subprocess.run(["ip", *args], check=True, capture_output=True, text=True).stdout
+    return run(["ip", *args], check=True, capture_output=True, text=True).stdout
