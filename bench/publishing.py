@@ -37,7 +37,7 @@ def publishing(sizes: tuple[int, ...], runs: int) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as d:
             _tree(Path(d), n)
             ctx = context(sysfs_root=Path(d), parent_interfaces=("ens*",))
-            inventory = Inventory(registry, ctx, 128)
+            inventory = Inventory(registry, ctx)
             builds = []
             for _ in range(runs):
                 start = time.perf_counter()

@@ -36,7 +36,7 @@ import yaml
 
 from dradriver import claims
 from dradriver.hookspecs import ClaimRef
-from handlers.netdev.common import DEFAULT_INTERFACE_NAME
+from dradriver.kit.netconfig import DEFAULT_INTERFACE_NAME
 
 DRIVER = "dra.example.com"
 HERE = Path(__file__).resolve().parent

@@ -72,7 +72,7 @@ def _discover(args: argparse.Namespace) -> int:
     from dradriver.daemon import context_of  # noqa: PLC0415
 
     settings = settings_mod.from_args(args)
-    inventory = Inventory(HandlerRegistry(), context_of(settings), settings.virtual_slots)
+    inventory = Inventory(HandlerRegistry(), context_of(settings))
     built = slices.build_slices(
         settings.driver_name, settings.node_name, "", inventory.refresh(), generation=1
     )

@@ -13,20 +13,10 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
 from dradriver.errors import ConfigError
-from dradriver.hookspecs import VIRTUAL_KIND, Device
+from dradriver.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.registry import HandlerRegistry
 
 SCHEMA_ID = "https://github.com/dra-driver/dra-driver/config.schema.json"
-
-# Config used when a request has none, by the published kind of the allocated device.
-DEVICE_DEFAULTS: dict[str, tuple[str, str]] = {
-    VIRTUAL_KIND: ("netdev", "veth"),
-    "host-device": ("netdev", "host-device"),
-    "sriov-vf": ("netdev", "sriov-vf"),
-    "uverbs": ("rdma", "uverbs"),
-}
-# Kind used when a config names its type but no kind and the device suggests none.
-TYPE_DEFAULT_KINDS = {"netdev": "veth", "rdma": "uverbs", "combo": "roce"}
 
 FORMATS = FormatChecker()
 
@@ -54,6 +44,7 @@ class ConfigSchema:
 
     def __init__(self, registry: HandlerRegistry, driver_name: str) -> None:
         """Assemble the schema from the handlers' fragments."""
+        self.registry = registry
         self.schema = _build_schema(registry, driver_name)
         self._validator = Draft202012Validator(self.schema, format_checker=FORMATS)
 
@@ -65,25 +56,25 @@ class ConfigSchema:
         return sorted(set(found))
 
     def resolve(self, parameters: object, device: Device | None) -> ResolvedConfig:
-        """Fill defaults for `device` (None: the virtual device) and validate; raise ConfigError."""
+        """Fill the defaults the handlers declare for `device` and validate; raise ConfigError.
+
+        Without a device (`dra-driver validate-config`), the defaults for UNKNOWN_DEVICE.
+        """
         if parameters is None:
             parameters = {}
         if not isinstance(parameters, dict):
             raise ConfigError("opaque parameters must be a JSON object", "$")
         params = copy.deepcopy(parameters)
-        default_type, default_kind = DEVICE_DEFAULTS.get(
-            device.kind if device else VIRTUAL_KIND, (None, None)
-        )
+        default = self.registry.default_for_device(device.kind if device else UNKNOWN_DEVICE)
         if "type" not in params:
-            if default_type is None:
-                raise ConfigError(
-                    f"required: device {device.name if device else '?'} has no default config",
-                    "$.type",
-                )
-            params["type"] = default_type
+            if default is None:
+                what = f"device {device.name} (kind {device.kind!r})" if device else "a config"
+                raise ConfigError(f"required: {what} has no default type", "$.type")
+            params["type"] = default.type
         type_ = params["type"]
         if isinstance(type_, str) and isinstance(params.setdefault(type_, {}), dict):
-            kind = default_kind if type_ == default_type else TYPE_DEFAULT_KINDS.get(type_)
+            same = default is not None and default.type == type_
+            kind = default.kind if same and default else self.registry.default_kind(type_)
             if kind is not None:
                 params[type_].setdefault("kind", kind)
         issues = self.issues(params)

@@ -36,6 +36,7 @@ def context_of(settings: Settings) -> HandlerContext:
         virtual_parents=settings.virtual_parents,
         sriov_pfs=settings.sriov_pfs,
         dev_root=settings.dev_root,
+        virtual_slots=settings.virtual_slots,
     )
 
 
@@ -58,7 +59,7 @@ def run(settings: Settings) -> int:
     if settings.metrics_addr:
         metrics.serve(settings.metrics_addr)
     api = KubeApi(settings.kubeconfig)
-    inventory = Inventory(registry, context, settings.virtual_slots)
+    inventory = Inventory(registry, context)
     status = StatusWriter(api, settings.driver_name, settings.node_name, metrics)
     preparer = Preparer(
         context=context,

@@ -6,10 +6,13 @@ A plugin is any object (usually a module) with `@hookimpl` functions:
   of opaque config (`{type: netdev, netdev: {kind: macvlan, ...}}` goes to the handler
   with type "netdev" whose kinds include "macvlan").
 - `dradriver_discover(context)` returns the devices the plugin offers on this node; they
-  are published in the node's ResourceSlice beside the core's `netdev-virtual` device.
+  are published in the node's ResourceSlice.
+- `dradriver_defaults()` says which (type, kind) serves a request whose config names
+  none: per published device kind, and per type.
 
 Handlers do kernel work and return data. They never write files and never call the API:
-the core writes the CDI spec, the allocation record and the claim status.
+the core writes the CDI spec, the allocation record and the claim status. What handler
+families share is in `dradriver.kit`; families never import each other.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 ATTR_TYPE = "type"
 ATTR_KIND = "kind"
-VIRTUAL_KIND = "virtual"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class HandlerContext:
     `virtual_parents`: interfaces that may parent macvlan/ipvlan/ipoib children (patterns).
     `sriov_pfs`: physical functions whose VFs are offered as sriov-vf (patterns).
     `dev_root`: where device nodes live (/dev), for RDMA character devices.
+    `virtual_slots`: how many virtual interfaces the node offers at once.
     """
 
     driver_name: str
@@ -91,6 +94,25 @@ class HandlerContext:
     virtual_parents: tuple[str, ...] = ()
     sriov_pfs: tuple[str, ...] = ()
     dev_root: Path = Path("/dev")
+    virtual_slots: int = 128
+
+
+UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device
+
+
+@dataclass(frozen=True)
+class Default:
+    """The handler (type, kind) a request gets when its config does not name it.
+
+    With `device_kind`, for requests allocated a device published with that `kind`
+    attribute (and no `type` in their config); `UNKNOWN_DEVICE` for a config checked
+    without a device (`dra-driver validate-config`); without it (None), the kind a
+    config gets when it names only `type`.
+    """
+
+    type: str
+    kind: str
+    device_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,3 +223,7 @@ class HandlerSpec:
     @hookspec
     def dradriver_discover(self, context: HandlerContext) -> list[Device]:  # type: ignore[empty-body]
         """Return the devices this plugin offers on this node."""
+
+    @hookspec
+    def dradriver_defaults(self) -> list[Default]:  # type: ignore[empty-body]
+        """Return the defaults this plugin's handlers provide (at most one per key)."""

@@ -1,4 +1,4 @@
-"""The node's device inventory: the virtual device plus what handlers discover."""
+"""The node's device inventory: what the handler plugins discover, as published."""
 
 from __future__ import annotations
 
@@ -12,45 +12,51 @@ from dradriver.registry import HandlerRegistry
 class Inventory:
     """Discovered devices by name; re-discovered on demand, looked up at prepare."""
 
-    def __init__(
-        self, registry: HandlerRegistry, context: HandlerContext, virtual_slots: int
-    ) -> None:
+    def __init__(self, registry: HandlerRegistry, context: HandlerContext) -> None:
         """Start empty; `refresh` discovers."""
         self._registry = registry
         self.context = context
-        self._slots = virtual_slots
         self._fallback = False
         self._lock = threading.Lock()
-        self._devices: dict[str, Device] | None = None
+        self._found: dict[str, Device] | None = None  # as the plugins describe them
+        self._published: list[Device] = []
 
     @property
     def fallback(self) -> bool:
-        """Whether the virtual device is published as single-allocation devices."""
+        """Whether shareable devices are published as single-allocation devices."""
         return self._fallback
 
     def set_fallback(self, fallback: bool) -> None:
-        """Switch how the virtual device is published (see slices.virtual_devices)."""
+        """Switch how shareable devices are published (see slices.single_allocation)."""
         self._fallback = fallback
 
     def refresh(self) -> list[Device]:
         """Discover again; return every device this node should publish."""
-        found = slices.virtual_devices(self._slots, self._fallback)
-        found += self._registry.discover(self.context)
+        found = self._registry.discover(self.context)
+        published = slices.single_allocation(found) if self._fallback else found
         with self._lock:
-            self._devices = {d.name: d for d in found}
-        return found
+            self._found = {d.name: d for d in found}
+            self._published = published
+        return published
 
     def devices(self) -> list[Device]:
         """The devices found by the last refresh (discovering now if never done)."""
         with self._lock:
-            known = self._devices
-        return list(known.values()) if known is not None else self.refresh()
+            if self._found is not None:
+                return list(self._published)
+        return self.refresh()
 
     def lookup(self, name: str) -> Device | None:
-        """The device called `name` on this node, discovering again on a miss."""
-        if slices.is_virtual_device(name):
-            return slices.virtual_device(name)
-        device = next((d for d in self.devices() if d.name == name), None)
-        if device is None:
-            device = next((d for d in self.refresh() if d.name == name), None)
-        return device
+        """The device called `name` on this node (either way shareable devices are
+        published), discovering again on a miss."""
+        with self._lock:
+            found = self._found
+        for attempt in range(2):
+            if found is None or attempt:
+                self.refresh()
+                with self._lock:
+                    found = self._found or {}
+            device = found.get(name) or slices.share_of(name, found)
+            if device is not None:
+                return device
+        return None

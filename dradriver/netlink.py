@@ -1,7 +1,12 @@
-"""The one place that talks rtnetlink (pyroute2): link lookup, tagging, deletion, errors.
+"""The one place that talks rtnetlink: links, addresses, VF settings, errors.
 
-Handlers and start-up reconciliation use these functions instead of pyroute2 directly,
-so every kernel error becomes a DeviceError naming the interface and the operation.
+Handlers and the core call the module functions below; nothing else imports pyroute2.
+Every kernel error becomes a `NetlinkError` (a DeviceError) that keeps the errno as data
+and says which operation on which interface failed, in one format:
+`<what>: <strerror> (errno <n>)`.
+
+The functions delegate to one `Kernel` backend: pyroute2 on the real kernel, or a fake
+one (`use`) so the prepare state machine can be tested without root.
 """
 
 from __future__ import annotations
@@ -10,22 +15,26 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from pyroute2 import IPRoute
-from pyroute2.netlink import NLM_F_REQUEST
-from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETLINK
+from typing import Any, Protocol
 
 from dradriver.errors import DeviceError
 from dradriver.log import event
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-_local = threading.local()
+
+ARPHRD_ETHER = 1
+ARPHRD_INFINIBAND = 32
+
+
+class NetlinkError(DeviceError):
+    """The kernel refused a netlink request; `errno` says why."""
+
+    def __init__(self, what: str, code: int) -> None:
+        super().__init__(f"{what}: {os.strerror(code)} (errno {code})")
+        self.errno = code
 
 
 @dataclass(frozen=True)
@@ -42,77 +51,83 @@ class Link:
     link_type: int  # ARPHRD_*: 1 Ethernet, 32 InfiniBand
 
 
-# pyroute2 0.9.7 leaves state behind on an IPRoute socket with every request (about
-# 1.6 KB of resident memory per request, measured; none once the socket is reopened), so
-# a thread's socket is replaced after this many requests (a reopen costs ~0.6 ms).
-RECYCLE_AFTER = 200
+@dataclass(frozen=True)
+class VfSettings:
+    """The settings of one SR-IOV VF that the PF holds (None: not reported)."""
+
+    mac: str | None = None
+    vlan: int | None = None
+    trust: bool | None = None
+    spoofchk: bool | None = None
 
 
-def ipr() -> Any:
-    """This thread's rtnetlink socket, opened on first use in the current network namespace."""
-    sock = getattr(_local, "ipr", None)
-    uses = getattr(_local, "uses", 0) + 1
-    if sock is not None and uses > RECYCLE_AFTER:
-        sock.close()
-        sock = None
-    if sock is None or getattr(_local, "pid", None) != os.getpid():
-        sock, uses = IPRoute(), 1
-        _local.ipr, _local.pid = sock, os.getpid()
-    _local.uses = uses
-    return sock
+class Kernel(Protocol):
+    """What the driver asks of the kernel; errors are NetlinkError."""
+
+    def links(self) -> list[Link]:
+        """Every interface in the current network namespace."""
+
+    def find(self, name: str) -> Link | None:
+        """The interface called `name`, or None."""
+
+    def create(self, name: str, kind: str, attrs: Mapping[str, Any]) -> None:
+        """Create a down link (`attrs`: link, mode, peer, pkey... per kind)."""
+
+    def set(self, index: int, attrs: Mapping[str, Any]) -> None:
+        """Change ifname, mtu, address, ifalias, state or master of one interface."""
+
+    def delete(self, name: str) -> None:
+        """Delete the interface called `name`."""
+
+    def addresses(self, index: int) -> list[tuple[str, int]]:
+        """(address, prefix length) of every global-scope address on one interface."""
+
+    def add_address(self, index: int, address: str, prefixlen: int) -> None:
+        """Add a permanent, global-scope address."""
+
+    def delete_address(self, index: int, address: str, prefixlen: int) -> None:
+        """Remove an address."""
+
+    def vf_settings(self, pf_index: int, vf: int) -> VfSettings | None:
+        """The PF's view of one of its VFs, None if the PF reports no such VF."""
+
+    def set_vf(self, pf_index: int, vf: int, settings: VfSettings) -> None:
+        """Set the given (non-None) settings of one VF through its PF."""
+
+    def close(self) -> None:
+        """Release this thread's resources (before it changes namespace or ends)."""
 
 
-def close() -> None:
-    """Close this thread's socket (e.g. before the thread changes network namespace)."""
-    sock = getattr(_local, "ipr", None)
-    if sock is not None:
-        sock.close()
-        _local.ipr = None
+def _backend() -> Kernel:
+    from dradriver.rtnl import Pyroute2Kernel  # noqa: PLC0415 - pyroute2 loads on first use
+
+    global _kernel  # noqa: PLW0603 - the one process-wide backend
+    with _lock:
+        if _kernel is None:
+            _kernel = Pyroute2Kernel()
+        return _kernel
 
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    """Run one netlink operation; turn a kernel error into a DeviceError saying `what`."""
-    try:
-        return fn()
-    except NetlinkError as exc:
-        raise DeviceError(f"{what}: {os.strerror(exc.code)} (errno {exc.code})") from exc
+_kernel: Kernel | None = None
+_lock = threading.Lock()
 
 
-def is_errno(exc: BaseException, code: int) -> bool:
-    """Whether `exc` (or the NetlinkError behind it) carries the errno `code`."""
-    cause = exc if isinstance(exc, NetlinkError) else exc.__cause__
-    return isinstance(cause, NetlinkError) and cause.code == code
-
-
-def _to_link(msg: Any) -> Link:
-    return Link(
-        index=msg["index"],
-        name=msg.get("ifname"),
-        kind=msg.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) if msg.get("IFLA_LINKINFO") else None,
-        alias=msg.get("IFLA_IFALIAS"),
-        mtu=msg.get("mtu"),
-        address=msg.get("address"),
-        up=bool(msg["flags"] & 1),
-        link_type=msg["ifi_type"],
-    )
+def use(kernel: Kernel | None) -> Kernel | None:
+    """Swap the kernel backend (tests); None restores the real one. Returns the previous."""
+    global _kernel
+    with _lock:
+        previous, _kernel = _kernel, kernel
+    return previous
 
 
 def links() -> list[Link]:
     """Every interface in the current network namespace."""
-    return [_to_link(m) for m in call("list interfaces", lambda: ipr().get_links())]
+    return (_kernel or _backend()).links()
 
 
 def find(name: str) -> Link | None:
     """The interface called `name`, or None."""
-    try:
-        # Without NLM_F_ACK: pyroute2's "get" asks for an ACK after the reply, and the
-        # ACK, arriving after the request is done, stays queued on the socket forever.
-        msgs = ipr().link((RTM_GETLINK, NLM_F_REQUEST), ifname=name)
-    except NetlinkError as exc:
-        if exc.code in (errno.ENODEV, errno.ENOENT, errno.EINVAL):
-            return None
-        raise DeviceError(f"look up interface {name}: {os.strerror(exc.code)}") from exc
-    return _to_link(msgs[0])
+    return (_kernel or _backend()).find(name)
 
 
 def require(name: str, role: str) -> Link:
@@ -123,38 +138,40 @@ def require(name: str, role: str) -> Link:
     return link
 
 
+def create(name: str, kind: str, what: str, **attrs: Any) -> None:
+    """Create a down link called `name`; `what` names it in errors."""
+    try:
+        (_kernel or _backend()).create(name, kind, attrs)
+    except NetlinkError as exc:
+        raise NetlinkError(f"create {what} {name}", exc.errno) from None
+
+
 def set_link(link: Link | int, what: str, **attrs: Any) -> None:
     """Change attributes (ifname, mtu, address, ifalias, state, master) of one interface."""
     index = link if isinstance(link, int) else link.index
-    call(what, lambda: ipr().link("set", index=index, **attrs))
+    try:
+        (_kernel or _backend()).set(index, attrs)
+    except NetlinkError as exc:
+        raise NetlinkError(what, exc.errno) from None
 
 
 def delete(name: str) -> bool:
     """Delete the interface called `name`; False if it was already gone."""
     try:
-        ipr().link("del", ifname=name)
+        (_kernel or _backend()).delete(name)
     except NetlinkError as exc:
-        if exc.code in (errno.ENODEV, errno.ENOENT):
+        if exc.errno in (errno.ENODEV, errno.ENOENT):
             return False
-        raise DeviceError(f"delete interface {name}: {os.strerror(exc.code)}") from exc
+        raise NetlinkError(f"delete interface {name}", exc.errno) from None
     return True
 
 
 def addresses(index: int) -> list[tuple[str, int]]:
     """(address, prefix length) of every global-scope address on one interface."""
-    msgs = call("list addresses", lambda: ipr().get_addr(index=index))
-    return [(m.get("address"), m["prefixlen"]) for m in msgs if m["scope"] == 0]
-
-
-def delete_address(index: int, address: str, prefixlen: int) -> None:
-    """Remove an address; no error if it is already gone."""
     try:
-        ipr().addr("del", index=index, address=address, prefixlen=prefixlen)
+        return (_kernel or _backend()).addresses(index)
     except NetlinkError as exc:
-        if exc.code not in (errno.EADDRNOTAVAIL, errno.ENOENT, errno.ENODEV):
-            raise DeviceError(
-                f"remove address {address}/{prefixlen}: {os.strerror(exc.code)}"
-            ) from exc
+        raise NetlinkError(f"list addresses of interface {index}", exc.errno) from None
 
 
 def add_address(
@@ -162,13 +179,43 @@ def add_address(
 ) -> None:
     """Add a permanent, global-scope address (runc re-adds those inside the container)."""
     try:
-        ipr().addr("add", index=index, address=address, prefixlen=prefixlen)
+        (_kernel or _backend()).add_address(index, address, prefixlen)
     except NetlinkError as exc:
-        if not (exist_ok and exc.code == errno.EEXIST):
-            raise DeviceError(
-                f"add address {address}/{prefixlen} to {ifname}: "
-                f"{os.strerror(exc.code)} (errno {exc.code})"
-            ) from exc
+        if not (exist_ok and exc.errno == errno.EEXIST):
+            raise NetlinkError(
+                f"add address {address}/{prefixlen} to {ifname}", exc.errno
+            ) from None
+
+
+def delete_address(index: int, address: str, prefixlen: int) -> None:
+    """Remove an address; no error if it is already gone."""
+    try:
+        (_kernel or _backend()).delete_address(index, address, prefixlen)
+    except NetlinkError as exc:
+        if exc.errno not in (errno.EADDRNOTAVAIL, errno.ENOENT, errno.ENODEV):
+            raise NetlinkError(f"remove address {address}/{prefixlen}", exc.errno) from None
+
+
+def vf_settings(pf: Link, vf: int) -> VfSettings | None:
+    """The settings of VF `vf` as its PF reports them."""
+    try:
+        return (_kernel or _backend()).vf_settings(pf.index, vf)
+    except NetlinkError as exc:
+        raise NetlinkError(f"read VF {vf} settings of {pf.name}", exc.errno) from None
+
+
+def set_vf(pf: Link, vf: int, what: str, settings: VfSettings) -> None:
+    """Set the non-None `settings` of VF `vf` through its PF."""
+    try:
+        (_kernel or _backend()).set_vf(pf.index, vf, settings)
+    except NetlinkError as exc:
+        raise NetlinkError(what, exc.errno) from None
+
+
+def close() -> None:
+    """Release this thread's socket (e.g. before the thread changes network namespace)."""
+    if _kernel is not None:
+        _kernel.close()
 
 
 @contextmanager

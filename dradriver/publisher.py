@@ -146,8 +146,8 @@ class Publisher:
             log,
             logging.ERROR,
             "API server dropped consumable-capacity fields (feature gate "
-            "DRAConsumableCapacity off?); publishing single-allocation devices "
-            f"{slices.VIRTUAL_DEVICE}-<n> instead",
+            "DRAConsumableCapacity off?); publishing each shareable device as "
+            "single-allocation devices <name>-<n> instead",
             dropped=",".join(dropped),
         )
         self._inventory.set_fallback(True)

@@ -8,45 +8,51 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dradriver.hookspecs import ATTR_KIND, ATTR_TYPE, VIRTUAL_KIND, Capacity, Device, Version
+from dradriver.hookspecs import Capacity, Device, Version
 from dradriver.log import event
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "resource.k8s.io/v1"
-VIRTUAL_DEVICE = "netdev-virtual"
-SLOTS = "slots"
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_ATTRIBUTE = 64
-_VIRTUAL_RE = re.compile(rf"^{VIRTUAL_DEVICE}(-\d+)?$")
+_SHARE_RE = re.compile(r"^(?P<base>.+)-(?P<index>\d+)$")
 
 
-def virtual_devices(slots: int, fallback: bool) -> list[Device]:
-    """The virtual device: one shareable device with `slots`, or `slots` plain devices."""
-    attrs: dict[str, Any] = {ATTR_TYPE: "netdev", ATTR_KIND: VIRTUAL_KIND}
-    if slots <= 0:
-        return []
-    if fallback:
-        return [Device(f"{VIRTUAL_DEVICE}-{i}", attrs) for i in range(slots)]
-    return [
-        Device(
-            VIRTUAL_DEVICE,
-            attrs,
-            capacity={SLOTS: Capacity(str(slots), default="1")},
-            allow_multiple_allocations=True,
-        )
-    ]
+def share_count(device: Device) -> int | None:
+    """How many single-allocation devices stand for a shareable device: its one consumable
+    capacity divided by what one request takes (None if it is not such a device)."""
+    if not device.allow_multiple_allocations or len(device.capacity) != 1:
+        return None
+    [capacity] = device.capacity.values()
+    if capacity.default is None or not (capacity.value + capacity.default).isdigit():
+        return None
+    return int(capacity.value) // max(1, int(capacity.default))
 
 
-def is_virtual_device(name: str) -> bool:
-    """Whether a device name is the virtual device (shared or one of its fallbacks)."""
-    return bool(_VIRTUAL_RE.match(name))
+def single_allocation(devices: Iterable[Device]) -> list[Device]:
+    """Devices as published where the API server lacks consumable capacity (feature gate
+    DRAConsumableCapacity off): each shareable device becomes `<name>-<i>` devices."""
+    out: list[Device] = []
+    for device in devices:
+        count = share_count(device)
+        if count is None:
+            out.append(device)
+        else:
+            out.extend(Device(f"{device.name}-{i}", device.attributes) for i in range(count))
+    return out
 
 
-def virtual_device(name: str) -> Device:
-    """The published form of a virtual device name (either mode)."""
-    return Device(name, {ATTR_TYPE: "netdev", ATTR_KIND: VIRTUAL_KIND})
+def share_of(name: str, devices: Mapping[str, Device]) -> Device | None:
+    """The published form of `<base>-<i>`, one single-allocation share of a shareable
+    device in `devices` (by name), whichever way the node publishes it right now."""
+    match = _SHARE_RE.match(name)
+    base = devices.get(match["base"]) if match else None
+    count = share_count(base) if base else None
+    if base is None or count is None or int(match["index"]) >= count:  # type: ignore[index]
+        return None
+    return Device(name, base.attributes)
 
 
 def device_json(device: Device) -> dict[str, Any]:

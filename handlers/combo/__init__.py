@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from dradriver.hookspecs import Handler, hookimpl
-from handlers.combo.roce import RoceHandler
+from dradriver.hookspecs import Default, Handler, hookimpl
+
+from .roce import KIND, RoceHandler
 
 
 @hookimpl
 def dradriver_handlers() -> list[Handler]:
     """The RoCE combo handler."""
     return [RoceHandler()]
+
+
+@hookimpl
+def dradriver_defaults() -> list[Default]:
+    """roce for a combo config without kind."""
+    return [Default("combo", KIND)]

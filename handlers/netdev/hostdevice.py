@@ -8,30 +8,14 @@ in a config is accepted (the original design had it) but must name the allocated
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from dradriver import naming
 from dradriver.errors import ConfigError, DeviceError
 from dradriver.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
-from handlers import sysfs
-from handlers.netdev import claimed, common
+from dradriver.kit import hostif, netconfig, sysfs
 
 KIND = "host-device"
-PROC = Path("/proc")
-
-
-def offered(context: HandlerContext, ifname: str, primary: set[str]) -> str | None:
-    """Why `ifname` may not be handed out (None if it may)."""
-    if ifname == "lo":
-        return "loopback"
-    if ifname in primary:
-        return "it holds the node's default route"
-    if naming.is_host_ifname(ifname):
-        return "it was created by this driver"
-    if not sysfs.matches(ifname, context.parent_interfaces):
-        return "it is not on the operator's allow-list (--parent-interfaces)"
-    return None
 
 
 def discover(context: HandlerContext) -> list[Device]:
@@ -39,13 +23,13 @@ def discover(context: HandlerContext) -> list[Device]:
     if not context.parent_interfaces:
         return []  # nothing is offered unless the operator lists interfaces
     fs = sysfs.Sysfs(context.sysfs_root)
-    primary = sysfs.default_route_interfaces(PROC)
+    primary = hostif.primary_interfaces()
     # A netdev behind an RDMA device is offered through that device (roce-devices) only,
     # so one NIC can never be allocated twice, once plain and once with its RDMA half.
     behind_rdma = {fs.rdma_netdev(ibdev) for ibdev in fs.rdma_devices()}
     devices = []
     for ifname in fs.net_interfaces():
-        if offered(context, ifname, primary) is not None:
+        if hostif.refusal(context, ifname, primary) is not None:
             continue
         if fs.physfn(ifname) or ifname in behind_rdma:
             continue  # VFs are published by sriov-vf, RDMA netdevs by the rdma plugin
@@ -79,7 +63,7 @@ class HostDeviceHandler:
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields plus hostDevice (must name the allocated interface)."""
-        return common.schema({"hostDevice": common.PARENT})
+        return netconfig.schema({"hostDevice": netconfig.PARENT})
 
     def _ifname(self, req: DeviceRequest) -> str:
         device = req.published
@@ -98,7 +82,7 @@ class HostDeviceHandler:
                 f"{ifname} (device {req.device})",
                 "$.hostDevice",
             )
-        reason = offered(req.context, ifname, sysfs.default_route_interfaces(PROC))
+        reason = hostif.refusal(req.context, ifname, hostif.primary_interfaces())
         if reason is not None:
             raise DeviceError(f"interface {ifname} cannot be handed to a pod: {reason}")
         return ifname
@@ -106,19 +90,19 @@ class HostDeviceHandler:
     def validate(self, req: DeviceRequest) -> Validated:
         """Allocated device is an allowed host interface; config names no other one."""
         self._ifname(req)
-        return common.NetConfig.parse(req.config).validated()
+        return netconfig.NetConfig.parse(req.config).validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Journal the interface's state, set it down, apply MTU/MAC/addresses."""
         ifname = self._ifname(req)
-        cfg = common.NetConfig.parse(req.config)
-        undo, network_data = claimed.claim(req.journal, ifname, cfg)
+        cfg = netconfig.NetConfig.parse(req.config)
+        undo, network_data = hostif.claim(req.journal, ifname, cfg)
         return Prepared(
-            edits=common.net_devices_edit(ifname, cfg.interface_name),
-            undo=undo,
+            edits=netconfig.net_devices_edit(ifname, cfg.interface_name),
+            undo=undo.to_json(),
             network_data=network_data,
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Rename back and restore the interface once it is on the host again."""
-        claimed.release(undo)
+        hostif.release(hostif.ClaimedInterface.from_json(undo))

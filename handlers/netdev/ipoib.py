@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dradriver import netlink
 from dradriver.errors import ConfigError
 from dradriver.hookspecs import DeviceRequest
-from handlers.netdev import common
-from handlers.netdev.virtual import VirtualLinkHandler
+from dradriver.kit import netconfig
+
+from .virtual import VirtualLinkHandler, require_allowed_parent
 
 FULL_MEMBERSHIP = 0x8000
 DEFAULT_PKEY = 0x7FFF
-ARPHRD_INFINIBAND = 32
 
 
 class IpoibHandler(VirtualLinkHandler):
@@ -22,9 +23,9 @@ class IpoibHandler(VirtualLinkHandler):
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields minus macAddress (20-byte IPoIB addresses), plus parent, pkey, mode."""
-        return common.schema(
+        return netconfig.schema(
             {
-                "parent": common.PARENT,
+                "parent": netconfig.PARENT,
                 "pkey": {
                     "type": "integer",
                     "minimum": 1,
@@ -39,21 +40,16 @@ class IpoibHandler(VirtualLinkHandler):
 
     def check(self, req: DeviceRequest) -> None:
         """The parent must be allowed, exist, and be an InfiniBand (IPoIB) interface."""
-        parent = common.require_allowed_parent(req, req.config["parent"])
-        if parent.link_type != ARPHRD_INFINIBAND:
+        parent = require_allowed_parent(req, req.config["parent"])
+        if parent.link_type != netlink.ARPHRD_INFINIBAND:
             raise ConfigError(
                 f"parent {parent.name} is not an IPoIB interface (link type "
-                f"{parent.link_type}, not InfiniBand {ARPHRD_INFINIBAND})",
+                f"{parent.link_type}, not InfiniBand {netlink.ARPHRD_INFINIBAND})",
                 "$.parent",
             )
 
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
         """ipoib on the parent with the full-membership bit set on the pkey."""
-        parent = common.require_allowed_parent(req, req.config["parent"])
+        parent = require_allowed_parent(req, req.config["parent"])
         pkey = int(req.config.get("pkey", DEFAULT_PKEY)) | FULL_MEMBERSHIP
-        return {
-            "kind": "ipoib",
-            "link": parent.index,
-            "ipoib_pkey": pkey,
-            "ipoib_mode": req.config.get("mode", "datagram"),
-        }
+        return {"link": parent.index, "pkey": pkey, "mode": req.config.get("mode", "datagram")}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from handlers.netdev.virtual import ParentedLinkHandler
+from .virtual import ParentedLinkHandler
 
 
 class IpvlanHandler(ParentedLinkHandler):
@@ -10,6 +10,5 @@ class IpvlanHandler(ParentedLinkHandler):
 
     kinds = ("ipvlan",)
     modes = {"l2": 0, "l3": 1, "l3s": 2}  # IPVLAN_MODE_* in linux/if_link.h
-    mode_attr = "ipvlan_mode"
     default_mode = "l2"
     dropped = ("macAddress",)  # ipvlan uses the parent's MAC

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from handlers.netdev.virtual import ParentedLinkHandler
+from .virtual import ParentedLinkHandler
 
 
 class MacvlanHandler(ParentedLinkHandler):
@@ -10,5 +10,4 @@ class MacvlanHandler(ParentedLinkHandler):
 
     kinds = ("macvlan",)
     modes = {m: m for m in ("bridge", "vepa", "private", "passthru")}  # pyroute2 takes names
-    mode_attr = "macvlan_mode"
     default_mode = "bridge"

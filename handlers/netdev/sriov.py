@@ -8,16 +8,72 @@ design are accepted but must name it (an absent vfIndex means the allocated VF, 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dradriver import naming, netlink
 from dradriver.errors import ConfigError, DeviceError
 from dradriver.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
-from handlers import sysfs
-from handlers.netdev import claimed, common
+from dradriver.kit import hostif, netconfig, sysfs
 
 KIND = "sriov-vf"
-_VF_SETTINGS = ("mac", "vlan", "trust", "spoofchk")
+_UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
+
+
+@dataclass(frozen=True)
+class VfUndo:
+    """A VF's settings on its PF before prepare changed them."""
+
+    pf: str
+    vf: int
+    settings: netlink.VfSettings
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the allocation record."""
+        s = self.settings
+        return {
+            "pf": self.pf,
+            "vf": self.vf,
+            "settings": {"mac": s.mac, "vlan": s.vlan, "trust": s.trust, "spoofchk": s.spoofchk},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VfUndo:
+        """Read a stored payload (unknown keys ignored)."""
+        raw = data.get("settings") or {}
+
+        def flag(key: str) -> bool | None:
+            value = raw.get(key)
+            return None if value is None or value == _UNSET else bool(value)
+
+        settings = netlink.VfSettings(
+            raw.get("mac"), raw.get("vlan"), flag("trust"), flag("spoofchk")
+        )
+        return cls(str(data["pf"]), int(data["vf"]), settings)
+
+
+@dataclass(frozen=True)
+class SriovUndo:
+    """Undo payload of a VF: its settings, and its netdev once claimed."""
+
+    vf: VfUndo
+    netdev: hostif.ClaimedInterface | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the allocation record."""
+        out: dict[str, Any] = {"vf": self.vf.to_json()}
+        if self.netdev is not None:
+            out["netdev"] = self.netdev.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SriovUndo:
+        """Read a stored payload (unknown keys ignored)."""
+        netdev = data.get("netdev")
+        return cls(
+            VfUndo.from_json(data["vf"]),
+            hostif.ClaimedInterface.from_json(netdev) if netdev else None,
+        )
 
 
 def discover(context: HandlerContext) -> list[Device]:
@@ -62,9 +118,11 @@ class SriovVfHandler:
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields plus parent/vfIndex (must name the allocated VF) and VF settings."""
-        return common.schema(
+        return netconfig.schema(
             {
-                "parent": dict(common.PARENT, description="PF of the VF (must be the allocated)"),
+                "parent": dict(
+                    netconfig.PARENT, description="PF of the VF (must be the allocated)"
+                ),
                 "vfIndex": {"type": "integer", "minimum": 0},
                 "vlan": {"type": "integer", "minimum": 0, "maximum": 4094},
                 "trust": {"type": "boolean"},
@@ -105,84 +163,51 @@ class SriovVfHandler:
     def validate(self, req: DeviceRequest) -> Validated:
         """The allocated VF exists and the config does not name another one."""
         self._vf(req)
-        return common.NetConfig.parse(req.config).validated()
+        return netconfig.NetConfig.parse(req.config).validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Journal VF and netdev state, apply VF settings through the PF, claim the netdev."""
         pf_name, index, ifname = self._vf(req)
-        cfg = common.NetConfig.parse(req.config)
+        cfg = netconfig.NetConfig.parse(req.config)
         pf = netlink.require(pf_name, "SR-IOV PF")
-        wanted = {
-            "mac": cfg.mac,
-            "vlan": req.config.get("vlan"),
-            "trust": req.config.get("trust"),
-            "spoofchk": req.config.get("spoofchk"),
-        }
-        wanted = {
-            k: int(v) if isinstance(v, bool) else v for k, v in wanted.items() if v is not None
-        }
-        vf_undo = {"pf": pf_name, "vf": index, "settings": _vf_settings(pf.index, index)}
-        req.journal({"vf": vf_undo})
+        wanted = netlink.VfSettings(
+            mac=cfg.mac,
+            vlan=req.config.get("vlan"),
+            trust=req.config.get("trust"),
+            spoofchk=req.config.get("spoofchk"),
+        )
+        vf_undo = VfUndo(pf_name, index, netlink.vf_settings(pf, index) or netlink.VfSettings())
+        req.journal(SriovUndo(vf_undo).to_json())
         with netlink.rollback() as steps:
-            if wanted:
+            if wanted != netlink.VfSettings():
                 steps.append(lambda: _restore_vf(vf_undo))
-                netlink.set_link(
-                    pf,
-                    f"set VF {index} of {pf_name} ({', '.join(sorted(wanted))})",
-                    vf={"vf": index, **wanted},
-                )
-            netdev_cfg = common.NetConfig(cfg.interface_name, cfg.mtu, None, cfg.ips)
-            undo, network_data = claimed.claim(
-                lambda u: req.journal({"vf": vf_undo, "netdev": u}), ifname, netdev_cfg
+                changed = ", ".join(k for k, v in vars(wanted).items() if v is not None)
+                netlink.set_vf(pf, index, f"set VF {index} of {pf_name} ({changed})", wanted)
+            netdev_cfg = netconfig.NetConfig(cfg.interface_name, cfg.mtu, None, cfg.ips)
+            claimed, network_data = hostif.claim(
+                req.journal, ifname, netdev_cfg, wrap=lambda c: SriovUndo(vf_undo, c).to_json()
             )
         if cfg.mac:
-            network_data = common.NetConfig.network_data(cfg, cfg.mac)
+            network_data = cfg.network_data(cfg.mac)
         return Prepared(
-            edits=common.net_devices_edit(ifname, cfg.interface_name),
-            undo={"vf": vf_undo, "netdev": undo},
+            edits=netconfig.net_devices_edit(ifname, cfg.interface_name),
+            undo=SriovUndo(vf_undo, claimed).to_json(),
             network_data=network_data,
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Give the netdev back, then restore the VF settings on the PF."""
-        if "netdev" in undo:
-            claimed.release(undo["netdev"])
-        if "vf" in undo:
-            _restore_vf(undo["vf"])
+        payload = SriovUndo.from_json(undo)
+        if payload.netdev is not None:
+            hostif.release(payload.netdev)
+        _restore_vf(payload.vf)
 
 
-def _vf_settings(pf_index: int, vf: int) -> dict[str, Any]:
-    """Current mac/vlan/trust/spoofchk of one VF, read from its PF (empty if unsupported)."""
-    msg = netlink.call(
-        "read VF settings", lambda: netlink.ipr().link("get", index=pf_index, ext_mask=1)
-    )[0]
-    for info in (msg.get("IFLA_VFINFO_LIST") or {}).get("attrs", []):
-        if info[0] != "IFLA_VF_INFO":
-            continue
-        values = {n[len("IFLA_VF_") :].lower(): v for n, v in info[1].get("attrs", [])}
-        if values.get("mac", {}).get("vf") != vf:
-            continue
-        return {
-            "mac": values["mac"]["mac"],
-            "vlan": values.get("vlan", {}).get("vlan", 0),
-            "trust": values.get("trust", {}).get("trust"),
-            "spoofchk": values.get("spoofchk", {}).get("spoofchk"),
-        }
-    return {}
-
-
-def _restore_vf(vf_undo: Mapping[str, Any]) -> None:
+def _restore_vf(vf_undo: VfUndo) -> None:
     """Put back the VF settings saved before prepare."""
-    settings = {
-        k: v
-        for k, v in (vf_undo.get("settings") or {}).items()
-        if k in _VF_SETTINGS and v is not None and v != 2**32 - 1
-    }
-    if not settings:
+    if vf_undo.settings == netlink.VfSettings():
         return
-    pf = netlink.find(vf_undo["pf"])
+    pf = netlink.find(vf_undo.pf)
     if pf is None:
-        raise DeviceError(f"SR-IOV PF {vf_undo['pf']} is gone; cannot restore VF settings")
-    netlink.set_link(
-        pf, f"restore VF {vf_undo['vf']} of {vf_undo['pf']}", vf={"vf": vf_undo["vf"], **settings}
-    )
+        raise DeviceError(f"SR-IOV PF {vf_undo.pf} is gone; cannot restore VF settings")
+    netlink.set_vf(pf, vf_undo.vf, f"restore VF {vf_undo.vf} of {vf_undo.pf}", vf_undo.settings)

@@ -8,8 +8,9 @@ from typing import Any
 from dradriver import netlink
 from dradriver.errors import ConfigError
 from dradriver.hookspecs import DeviceRequest, Prepared
-from handlers.netdev import common
-from handlers.netdev.virtual import VirtualLinkHandler
+from dradriver.kit import netconfig
+
+from .virtual import VirtualLinkHandler, require_allowed_parent
 
 
 class VethHandler(VirtualLinkHandler):
@@ -19,35 +20,36 @@ class VethHandler(VirtualLinkHandler):
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields plus the optional bridge for the host end."""
-        bridge = dict(common.PARENT, description="bridge the host end joins (optional)")
-        return common.schema({"bridge": bridge})
+        bridge = dict(netconfig.PARENT, description="bridge the host end joins (optional)")
+        return netconfig.schema({"bridge": bridge})
 
     def check(self, req: DeviceRequest) -> None:
         """A named bridge must be allowed, exist and be a bridge."""
         if "bridge" in req.config:
-            link = common.require_allowed_parent(req, req.config["bridge"], "bridge")
+            link = require_allowed_parent(req, req.config["bridge"], "bridge")
             if link.kind != "bridge":
                 raise ConfigError(f"interface {link.name} is not a bridge", "$.bridge")
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Create the pair, tag both ends, configure the container end, attach the host end."""
-        cfg = common.NetConfig.parse(req.config)
-        inner, outer = common.host_name(req, "c"), common.host_name(req, "h")
-        alias = common.tag(req)
+        cfg = netconfig.NetConfig.parse(req.config)
+        inner, outer = netconfig.host_name(req, "c"), netconfig.host_name(req, "h")
+        alias = netconfig.tag(req)
         with netlink.rollback() as undo:
-            link = common.create(req, inner, "veth", peer=outer, kind="veth")
+            link = netconfig.create(req, inner, "veth", peer=outer)
             undo.append(lambda: netlink.delete(outer))
             host_end = netlink.require(outer, "veth host end")
             netlink.set_link(host_end, f"tag {outer}", ifalias=alias)
-            mac = common.configure(link, cfg, alias)
+            mac = netconfig.configure(link, cfg, alias)
             if "bridge" in req.config:
-                bridge = common.require_allowed_parent(req, req.config["bridge"], "bridge")
+                bridge = require_allowed_parent(req, req.config["bridge"], "bridge")
                 netlink.set_link(
                     host_end, f"attach {outer} to {bridge.name}", master=bridge.index, state="up"
                 )
         return Prepared(
-            edits=common.net_devices_edit(inner, cfg.interface_name),
-            undo={"interfaces": [outer], "alias": alias},  # deleting one end deletes both
+            edits=netconfig.net_devices_edit(inner, cfg.interface_name),
+            # deleting one end deletes both
+            undo=netconfig.CreatedLinks((outer,), alias).to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(inner, outer),
             host_interfaces=(outer,),

@@ -1,13 +1,62 @@
-"""The shape shared by kinds that create a new virtual link for the container."""
+"""The shape shared by kinds that create a new virtual link for the container.
+
+They are all served on the node's one shareable virtual device, `netdev-virtual`,
+whose `slots` capacity bounds how many such interfaces the node hands out at once.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
 from dradriver import netlink
-from dradriver.hookspecs import DeviceRequest, Prepared, Validated
-from handlers.netdev import common
+from dradriver.errors import ConfigError
+from dradriver.hookspecs import Capacity, Device, DeviceRequest, HandlerContext, Prepared, Validated
+from dradriver.kit import netconfig
+
+VIRTUAL_DEVICE = "netdev-virtual"
+VIRTUAL_KIND = "virtual"  # the `kind` attribute of the virtual device
+SLOTS = "slots"
+
+
+def virtual_device(context: HandlerContext) -> list[Device]:
+    """The node's virtual device: shareable, `virtual_slots` slots, one per request."""
+    if context.virtual_slots <= 0:
+        return []
+    return [
+        Device(
+            VIRTUAL_DEVICE,
+            {"type": "netdev", "kind": VIRTUAL_KIND},
+            capacity={SLOTS: Capacity(str(context.virtual_slots), default="1")},
+            allow_multiple_allocations=True,
+        )
+    ]
+
+
+def require_virtual_device(req: DeviceRequest) -> None:
+    """Virtual kinds must be allocated on the virtual device."""
+    if req.published is None or req.published.kind != VIRTUAL_KIND:
+        raise ConfigError(
+            f"kind {req.kind} creates a virtual interface, but the allocated device "
+            f"{req.device} is not the virtual device; request the virtual-network class",
+            "$.kind",
+        )
+
+
+def require_allowed_parent(req: DeviceRequest, parent: str, field: str = "parent") -> netlink.Link:
+    """The parent link, if the operator allows it (--virtual-parents) and it exists."""
+    allowed = req.context.virtual_parents
+    if not any(fnmatch.fnmatchcase(parent, pattern) for pattern in allowed):
+        raise ConfigError(
+            f"{parent} is not on the operator's list of parent interfaces "
+            f"(--virtual-parents: {','.join(allowed) or 'empty'})",
+            f"$.{field}",
+        )
+    link = netlink.find(parent)
+    if link is None:
+        raise ConfigError(f"interface {parent} does not exist on this node", f"$.{field}")
+    return link
 
 
 class VirtualLinkHandler:
@@ -21,59 +70,57 @@ class VirtualLinkHandler:
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields only; subclasses add theirs."""
-        return common.schema({})
+        return netconfig.schema({})
 
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
-        """pyroute2 `link add` attributes (kind, parent index, mode...)."""
-        raise NotImplementedError
+        """Link attributes for netlink.create (parent `link` index, `mode`, ...)."""
+        return {}
 
     def check(self, req: DeviceRequest) -> None:
         """Kind-specific validation beyond the schema (parents...)."""
 
     def validate(self, req: DeviceRequest) -> Validated:
         """Virtual device allocated, kind-specific checks; no kernel change."""
-        common.require_virtual_device(req)
+        require_virtual_device(req)
         self.check(req)
-        return common.NetConfig.parse(req.config).validated()
+        return netconfig.NetConfig.parse(req.config).validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Create, tag and configure the link; delete it again if any step fails."""
-        cfg = common.NetConfig.parse(req.config)
-        name, alias = common.host_name(req), common.tag(req)
+        cfg = netconfig.NetConfig.parse(req.config)
+        name, alias = netconfig.host_name(req), netconfig.tag(req)
         with netlink.rollback() as undo:
-            link = common.create(req, name, req.kind, **self.link_attrs(req))
+            link = netconfig.create(req, name, req.kind, **self.link_attrs(req))
             undo.append(lambda: netlink.delete(name))
-            mac = common.configure(link, cfg, alias)
+            mac = netconfig.configure(link, cfg, alias)
         return Prepared(
-            edits=common.net_devices_edit(name, cfg.interface_name),
-            undo={"interfaces": [name], "alias": alias},
+            edits=netconfig.net_devices_edit(name, cfg.interface_name),
+            undo=netconfig.CreatedLinks((name,), alias).to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(name,),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Delete the link if it is still on the host (it dies with the pod's namespace)."""
-        common.delete_own(undo.get("interfaces", []), undo.get("alias", ""))
+        netconfig.delete_own(netconfig.CreatedLinks.from_json(undo))
 
 
 class ParentedLinkHandler(VirtualLinkHandler):
     """A virtual link on an allowed `parent` in one of `modes` (macvlan, ipvlan).
 
     Subclasses name the link kind, its modes (config value -> kernel value), the
-    pyroute2 attribute carrying the mode, the default mode and any common field the
-    kind cannot honour.
+    default mode and any common field the kind cannot honour.
     """
 
     modes: Mapping[str, Any] = {}
-    mode_attr = ""
     default_mode = ""
     dropped: tuple[str, ...] = ()
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields (minus `dropped`) plus parent (required) and mode."""
-        return common.schema(
+        return netconfig.schema(
             {
-                "parent": common.PARENT,
+                "parent": netconfig.PARENT,
                 "mode": {"enum": list(self.modes), "default": self.default_mode},
             },
             required=["parent"],
@@ -82,13 +129,9 @@ class ParentedLinkHandler(VirtualLinkHandler):
 
     def check(self, req: DeviceRequest) -> None:
         """The parent must be allowed and exist."""
-        common.require_allowed_parent(req, req.config["parent"])
+        require_allowed_parent(req, req.config["parent"])
 
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
         """The link on the parent's index, in the configured mode."""
-        parent = common.require_allowed_parent(req, req.config["parent"])
-        return {
-            "kind": req.kind,
-            "link": parent.index,
-            self.mode_attr: self.modes[req.config.get("mode", self.default_mode)],
-        }
+        parent = require_allowed_parent(req, req.config["parent"])
+        return {"link": parent.index, "mode": self.modes[req.config.get("mode", self.default_mode)]}

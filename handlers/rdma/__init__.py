@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dradriver.hookspecs import Device, Handler, HandlerContext, hookimpl
-from handlers.rdma import devices
-from handlers.rdma.uverbs import UverbsHandler
+from dradriver.hookspecs import Default, Device, Handler, HandlerContext, hookimpl
+
+from .uverbs import KIND, UverbsHandler, discover
 
 
 @hookimpl
@@ -16,4 +16,10 @@ def dradriver_handlers() -> list[Handler]:
 @hookimpl
 def dradriver_discover(context: HandlerContext) -> list[Device]:
     """RDMA devices with a uverbs node."""
-    return devices.discover(context)
+    return discover(context)
+
+
+@hookimpl
+def dradriver_defaults() -> list[Default]:
+    """uverbs for RDMA devices and for an rdma config without kind."""
+    return [Default("rdma", KIND), Default("rdma", KIND, device_kind=KIND)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from dradriver.handlers.netdev import virtual
 
 from dradriver import slices
 from dradriver.hookspecs import Device
@@ -32,6 +33,7 @@ from tests.deploy.support import (
     selectors,
 )
 from tests.support.fakesys import FakeSys
+from tests.support.handlers import context
 
 # Which class must select a device, by the device's published kind (the handler that
 # serves it). roce-devices additionally selects rdma devices with roce == true.
@@ -124,8 +126,8 @@ def constructed_devices() -> list[dict]:
                 "netdev": "",
             },
         ),
-        *slices.virtual_devices(128, fallback=False),
-        *slices.virtual_devices(2, fallback=True),
+        *virtual.virtual_device(context(virtual_slots=128)),
+        *slices.single_allocation(virtual.virtual_device(context(virtual_slots=2))),
     ]
     return [slices.device_json(d) for d in devices]
 

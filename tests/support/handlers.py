@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dradriver.handlers.netdev.virtual import VIRTUAL_DEVICE, VIRTUAL_KIND
+
 from dradriver import naming
 from dradriver.config import ConfigSchema
 from dradriver.hookspecs import (
@@ -19,10 +21,14 @@ from dradriver.hookspecs import (
     Validated,
 )
 from dradriver.registry import HandlerRegistry
-from dradriver.slices import virtual_device
 
 REGISTRY = HandlerRegistry()
 SCHEMA = ConfigSchema(REGISTRY, "dra.example.com")
+
+
+def virtual_device(name: str = VIRTUAL_DEVICE) -> Device:
+    """The virtual device as a handler sees it (shared, or one of its fallback shares)."""
+    return Device(name, {"type": "netdev", "kind": VIRTUAL_KIND})
 
 
 def context(**kw: Any) -> HandlerContext:

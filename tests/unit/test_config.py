@@ -5,7 +5,7 @@ from dradriver.config import ConfigSchema
 from dradriver.errors import ConfigError
 from dradriver.hookspecs import Device
 from dradriver.registry import HandlerRegistry
-from dradriver.slices import virtual_device
+from tests.support.handlers import virtual_device
 
 
 @pytest.fixture(scope="module")

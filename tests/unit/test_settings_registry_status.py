@@ -1,4 +1,5 @@
 import argparse
+import importlib
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,10 @@ class _Plugin:
 def test_two_plugins_serving_one_kind_is_a_startup_error_naming_both():
     with pytest.raises(RegistryError, match="'netdev' and 'thirdparty' both serve"):
         HandlerRegistry(
-            {"netdev": __import__("handlers.netdev").netdev, "thirdparty": _Plugin()},
+            {
+                "netdev": importlib.import_module("dradriver.handlers.netdev"),
+                "thirdparty": _Plugin(),
+            },
             entry_points=False,
         )
 

@@ -1,5 +1,12 @@
+from dradriver.handlers.netdev import virtual
+
 from dradriver import slices
 from dradriver.hookspecs import Capacity, Device, Version
+from tests.support.handlers import context
+
+
+def _virtual(slots):
+    return virtual.virtual_device(context(virtual_slots=slots))
 
 
 def _build(devices, generation=1):
@@ -7,7 +14,7 @@ def _build(devices, generation=1):
 
 
 def test_virtual_device_is_shareable_with_slots():
-    [dev] = slices.virtual_devices(128, fallback=False)
+    [dev] = _virtual(128)
     body = slices.device_json(dev)
     assert body == {
         "name": "netdev-virtual",
@@ -23,11 +30,13 @@ def test_virtual_device_is_shareable_with_slots():
 
 
 def test_fallback_publishes_single_allocation_devices():
-    devices = slices.virtual_devices(4, fallback=True)
+    devices = slices.single_allocation(_virtual(4))
     assert [d.name for d in devices] == [f"netdev-virtual-{i}" for i in range(4)]
     assert all(not d.allow_multiple_allocations and not d.capacity for d in devices)
-    assert all(slices.is_virtual_device(d.name) for d in devices)
-    assert not slices.is_virtual_device("netdev-virtualx")
+    by_name = {d.name: d for d in _virtual(4)}
+    assert all(slices.share_of(d.name, by_name) == d for d in devices)
+    assert slices.share_of("netdev-virtualx", by_name) is None
+    assert slices.share_of("netdev-virtual-4", by_name) is None
 
 
 def test_empty_pool_still_publishes_one_slice_owned_by_the_node():
@@ -74,7 +83,7 @@ def test_content_ignores_generation_and_empty_fields_the_server_omits():
 
 
 def test_dropped_fields_are_detected():
-    [sent] = _build(slices.virtual_devices(8, False))
+    [sent] = _build(_virtual(8))
     stored = {
         "spec": {"devices": [{"name": "netdev-virtual", "capacity": {"slots": {"value": "8"}}}]}
     }

@@ -1,17 +1,21 @@
-"""What every netdev kind shares: config fields, container names, addresses, MTU/MAC."""
+"""What every netdev config shares: fields, schema fragments, and the links the driver makes.
+
+Links the driver creates get a deterministic host name (`naming.host_ifname`) and an
+ifalias tag naming their owner (`naming.ifalias`), are configured while down on the
+host, and are moved into the container by the runtime (CDI netDevices) or the NRI plugin.
+"""
 
 from __future__ import annotations
 
 import errno
-import fnmatch
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dradriver import naming, netlink
-from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import VIRTUAL_KIND, DeviceRequest, NetworkData, Validated
+from dradriver.errors import DeviceError
+from dradriver.hookspecs import DeviceRequest, NetworkData, Validated
 
 DEFAULT_INTERFACE_NAME = "eth1"
 # Container interface names: 1-15 ASCII bytes, no '/', ':' or white space; not lo, ., ..
@@ -82,29 +86,21 @@ class NetConfig:
         return NetworkData(self.interface_name, tuple(str(i) for i in self.ips), mac)
 
 
-def require_virtual_device(req: DeviceRequest) -> None:
-    """Virtual kinds must be allocated on the virtual device."""
-    if req.published is None or req.published.kind != VIRTUAL_KIND:
-        raise ConfigError(
-            f"kind {req.kind} creates a virtual interface, but the allocated device "
-            f"{req.device} is not the virtual device; request the virtual-network class",
-            "$.kind",
-        )
+@dataclass(frozen=True)
+class CreatedLinks:
+    """Undo payload of a device whose links the driver created: delete them if still ours."""
 
+    interfaces: tuple[str, ...]
+    alias: str
 
-def require_allowed_parent(req: DeviceRequest, parent: str, field: str = "parent") -> netlink.Link:
-    """The parent link, if the operator allows it (--virtual-parents) and it exists."""
-    allowed = req.context.virtual_parents
-    if not any(fnmatch.fnmatchcase(parent, pattern) for pattern in allowed):
-        raise ConfigError(
-            f"{parent} is not on the operator's list of parent interfaces "
-            f"(--virtual-parents: {','.join(allowed) or 'empty'})",
-            f"$.{field}",
-        )
-    link = netlink.find(parent)
-    if link is None:
-        raise ConfigError(f"interface {parent} does not exist on this node", f"$.{field}")
-    return link
+    def to_json(self) -> dict[str, Any]:
+        """The payload as stored in the allocation record."""
+        return {"interfaces": list(self.interfaces), "alias": self.alias}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CreatedLinks:
+        """Read a stored payload (unknown keys ignored)."""
+        return cls(tuple(data.get("interfaces") or ()), str(data.get("alias") or ""))
 
 
 def host_name(req: DeviceRequest, role: str = "c") -> str:
@@ -147,31 +143,25 @@ def configure(link: netlink.Link, cfg: NetConfig, alias: str | None) -> str | No
 
 
 def create(
-    req: DeviceRequest, name: str, what: str, peer: str | None = None, **attrs: Any
+    req: DeviceRequest, name: str, kind: str, peer: str | None = None, **attrs: Any
 ) -> netlink.Link:
-    """Create a down link called `name` (and its veth `peer`).
+    """Create a down link of `kind` called `name` (and its veth `peer`).
 
     On a name clash, our own leftover of the same device (an earlier attempt whose
     record was lost) is deleted and the creation retried; anyone else's link stays.
     """
     if peer is not None:
-        attrs["peer"] = {"ifname": peer}
-
-    def add() -> None:
-        netlink.call(
-            f"create {what} {name}", lambda: netlink.ipr().link("add", ifname=name, **attrs)
-        )
-
+        attrs["peer"] = peer
     try:
-        add()
-    except DeviceError as exc:
-        if not netlink.is_errno(exc, errno.EEXIST):
+        netlink.create(name, kind, kind, **attrs)
+    except netlink.NetlinkError as exc:
+        if exc.errno != errno.EEXIST:
             raise
         for leftover in (name, peer):
             if leftover is not None:
                 clear_leftover(leftover, tag(req))
-        add()
-    return netlink.require(name, what)
+        netlink.create(name, kind, kind, **attrs)
+    return netlink.require(name, kind)
 
 
 def net_devices_edit(host: str, container: str) -> dict[str, Any]:
@@ -179,9 +169,9 @@ def net_devices_edit(host: str, container: str) -> dict[str, Any]:
     return {"netDevices": [{"hostInterfaceName": host, "name": container}]}
 
 
-def delete_own(names: Sequence[str], alias: str) -> None:
+def delete_own(links: CreatedLinks) -> None:
     """Delete the links we created, if still present and still ours (unprepare)."""
-    for name in names:
+    for name in links.interfaces:
         link = netlink.find(name)
-        if link is not None and link.alias in (alias, None, ""):
+        if link is not None and link.alias in (links.alias, None, ""):
             netlink.delete(name)

@@ -1,0 +1,16 @@
+"""The handler kit: what device-family plugins share. Part of the plugin contract.
+
+A handler plugin, built-in or third-party, may import `dradriver.hookspecs` (the
+contract), `dradriver.errors`, `dradriver.netlink`, `dradriver.naming` and these
+modules, and nothing else of the core; plugin families never import each other.
+
+- `netconfig`: the fields every netdev config has, their schema fragments, and creating,
+  tagging and configuring the links the driver makes;
+- `hostif`: host interfaces handed whole to a pod (which may be, claiming, giving back);
+- `rdma`: RDMA devices in sysfs and the CDI edits that hand one to a container;
+- `sysfs`: sysfs readers rooted at `--sysfs-root`.
+
+Undo payloads (what `Prepared.undo` holds) are typed dataclasses with `to_json` and
+`from_json`; readers ignore keys they do not know, so a record written by a newer
+driver can still be unprepared by an older one.
+"""

@@ -1,0 +1,161 @@
+"""Host interfaces handed whole to a pod (host-device, SR-IOV VF, RoCE) and given back.
+
+Which interfaces may be handed out is the operator's choice (`refusal`). The runtime
+moves the interface into the pod and never moves it back. When the pod's network
+namespace is destroyed the kernel returns a physical interface to the host under its
+container name (or `dev<N>` on a clash); `release` finds it by MAC address, renames it
+back and restores MTU, MAC, addresses and state.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dradriver import naming, netlink
+from dradriver.errors import DeviceError
+from dradriver.hookspecs import HandlerContext, NetworkData
+from dradriver.kit import sysfs
+from dradriver.kit.netconfig import NetConfig, configure
+
+PROC = Path("/proc")
+_KERNEL_FALLBACK_NAME = re.compile(r"^dev\d+$")
+
+
+def primary_interfaces() -> set[str]:
+    """Interfaces holding the node's default route: never handed to a pod."""
+    return sysfs.default_route_interfaces(PROC)
+
+
+def refusal(context: HandlerContext, ifname: str, primary: set[str]) -> str | None:
+    """Why `ifname` may not be handed to a pod (None if it may); `primary`: see above."""
+    if ifname == "lo":
+        return "loopback"
+    if ifname in primary:
+        return "it holds the node's default route"
+    if naming.is_host_ifname(ifname):
+        return "it was created by this driver"
+    if not sysfs.matches(ifname, context.parent_interfaces):
+        return "it is not on the operator's allow-list (--parent-interfaces)"
+    return None
+
+
+@dataclass(frozen=True)
+class ClaimedInterface:
+    """Undo payload of a host interface handed to a pod: how to give it back."""
+
+    host_name: str
+    container_name: str
+    mtu: int | None
+    mac: str | None
+    up: bool
+    addresses: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    expected_mac: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The payload as stored in the allocation record (keys as version 1 wrote them)."""
+        return {
+            "hostName": self.host_name,
+            "containerName": self.container_name,
+            "mtu": self.mtu,
+            "mac": self.mac,
+            "up": self.up,
+            "addresses": list(self.addresses),
+            "added": list(self.added),
+            "expectedMac": self.expected_mac,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClaimedInterface:
+        """Read a stored payload (unknown keys ignored)."""
+        return cls(
+            host_name=str(data["hostName"]),
+            container_name=str(data["containerName"]),
+            mtu=data.get("mtu"),
+            mac=data.get("mac"),
+            up=bool(data.get("up")),
+            addresses=tuple(data.get("addresses") or ()),
+            added=tuple(data.get("added") or ()),
+            expected_mac=data.get("expectedMac"),
+        )
+
+
+def claim(
+    journal: Callable[[Mapping[str, Any]], None],
+    ifname: str,
+    cfg: NetConfig,
+    wrap: Callable[[ClaimedInterface], Mapping[str, Any]] | None = None,
+) -> tuple[ClaimedInterface, NetworkData]:
+    """Take `ifname` for the pod: journal its state, set it down, apply the config.
+
+    `wrap` turns the payload into what the handler journals (e.g. inside its own undo).
+    """
+    link = netlink.require(ifname, "host")
+    original = tuple(f"{a}/{p}" for a, p in netlink.addresses(link.index))
+    undo = ClaimedInterface(
+        host_name=ifname,
+        container_name=cfg.interface_name,
+        mtu=link.mtu,
+        mac=link.address,
+        up=link.up,
+        addresses=original,
+        added=tuple(str(ip) for ip in cfg.ips if str(ip) not in original),
+        expected_mac=cfg.mac or link.address,
+    )
+    journal(wrap(undo) if wrap else undo.to_json())  # persisted before the host changes
+    with netlink.rollback() as steps:
+        steps.append(lambda: release(undo))
+        netlink.set_link(link, f"set {ifname} down", state="down")
+        mac = configure(link, NetConfig(cfg.interface_name, cfg.mtu, cfg.mac, ()), alias=None)
+        for cidr in undo.added:
+            address, _, prefix = cidr.partition("/")
+            netlink.add_address(link.index, address, int(prefix), ifname)
+    return undo, NetworkData(cfg.interface_name, original + undo.added, mac)
+
+
+def locate(undo: ClaimedInterface) -> netlink.Link | None:
+    """Find the claimed interface on the host: original name, container name, or devN."""
+    macs = {undo.expected_mac, undo.mac} - {None}
+    for name in (undo.host_name, undo.container_name):
+        link = netlink.find(name)
+        if link is not None and link.address in macs:
+            return link
+    for link in netlink.links():
+        if _KERNEL_FALLBACK_NAME.match(link.name) and link.address in macs:
+            return link
+    return None
+
+
+def release(undo: ClaimedInterface) -> None:
+    """Give the interface back to the host as it was before `claim`."""
+    link = locate(undo)
+    host = undo.host_name
+    if link is None:
+        raise DeviceError(
+            f"interface {host} (MAC {undo.expected_mac}) is not back on the "
+            "host yet (is the pod's network namespace still alive?)"
+        )
+    netlink.set_link(link, f"set {link.name} down", state="down")
+    if link.name != host:
+        if netlink.find(host) is not None:
+            raise DeviceError(f"cannot rename {link.name} back to {host}: the name is taken")
+        netlink.set_link(link, f"rename {link.name} back to {host}", ifname=host)
+    restore: dict[str, Any] = {}
+    if undo.mtu and link.mtu != undo.mtu:
+        restore["mtu"] = undo.mtu
+    if undo.mac and link.address != undo.mac:
+        restore["address"] = undo.mac
+    if restore:
+        netlink.set_link(link, f"restore {host} ({', '.join(sorted(restore))})", **restore)
+    for cidr in undo.added:
+        address, _, prefix = cidr.partition("/")
+        netlink.delete_address(link.index, address, int(prefix))
+    for cidr in undo.addresses:
+        address, _, prefix = cidr.partition("/")
+        netlink.add_address(link.index, address, int(prefix), host, exist_ok=True)
+    if undo.up:
+        netlink.set_link(link, f"set {host} up", state="up")

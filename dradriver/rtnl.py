@@ -1,0 +1,161 @@
+"""The real kernel behind dradriver.netlink: rtnetlink through pyroute2.
+
+Only this module imports pyroute2, and it is imported on the first netlink call.
+Two pyroute2 0.9.7 workarounds live here (design.md, "Netlink through one module"):
+GETs are sent without NLM_F_ACK (the ACK would stay queued on the socket forever), and
+each thread's socket is reopened every RECYCLE_AFTER requests (it keeps a little state
+per request).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from pyroute2 import IPRoute
+from pyroute2.netlink import NLM_F_REQUEST
+from pyroute2.netlink.exceptions import NetlinkError as Pyroute2Error
+from pyroute2.netlink.rtnl import RTM_GETLINK
+
+from dradriver.netlink import Link, NetlinkError, VfSettings
+
+T = TypeVar("T")
+
+# About 1.6 KB of resident memory per request stays on a socket (measured; none once
+# the socket is reopened), so a thread's socket is replaced after this many requests
+# (a reopen costs ~0.6 ms).
+RECYCLE_AFTER = 200
+_VF_UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
+# Our generic create() attribute names -> pyroute2's, per link kind.
+_CREATE_ATTRS = {
+    "macvlan": {"mode": "macvlan_mode"},
+    "ipvlan": {"mode": "ipvlan_mode"},
+    "ipoib": {"pkey": "ipoib_pkey", "mode": "ipoib_mode"},
+}
+
+
+class Pyroute2Kernel:
+    """rtnetlink through one pyroute2 IPRoute socket per thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _ipr(self) -> Any:
+        local = self._local
+        sock = getattr(local, "ipr", None)
+        uses = getattr(local, "uses", 0) + 1
+        if sock is not None and uses > RECYCLE_AFTER:
+            sock.close()
+            sock = None
+        if sock is None or getattr(local, "pid", None) != os.getpid():
+            sock, uses = IPRoute(), 1
+            local.ipr, local.pid = sock, os.getpid()
+        local.uses = uses
+        return sock
+
+    def close(self) -> None:
+        """Close this thread's socket."""
+        sock = getattr(self._local, "ipr", None)
+        if sock is not None:
+            sock.close()
+            self._local.ipr = None
+
+    def _call(self, fn: Callable[[Any], T]) -> T:
+        try:
+            return fn(self._ipr())
+        except Pyroute2Error as exc:
+            raise NetlinkError("netlink request", exc.code) from None
+
+    def links(self) -> list[Link]:
+        """Every interface in the current network namespace."""
+        return [_to_link(m) for m in self._call(lambda ipr: ipr.get_links())]
+
+    def find(self, name: str) -> Link | None:
+        """The interface called `name`, or None."""
+        try:
+            msgs = self._call(lambda ipr: ipr.link((RTM_GETLINK, NLM_F_REQUEST), ifname=name))
+        except NetlinkError as exc:
+            if exc.errno in (errno.ENODEV, errno.ENOENT, errno.EINVAL):  # EINVAL: a bad name
+                return None
+            raise
+        return _to_link(msgs[0])
+
+    def create(self, name: str, kind: str, attrs: Mapping[str, Any]) -> None:
+        """Create a down link."""
+        names = _CREATE_ATTRS.get(kind, {})
+        args: dict[str, Any] = {names.get(k, k): v for k, v in attrs.items()}
+        if "peer" in args:
+            args["peer"] = {"ifname": args["peer"]}
+        self._call(lambda ipr: ipr.link("add", ifname=name, kind=kind, **args))
+
+    def set(self, index: int, attrs: Mapping[str, Any]) -> None:
+        """Change link attributes."""
+        self._call(lambda ipr: ipr.link("set", index=index, **attrs))
+
+    def delete(self, name: str) -> None:
+        """Delete a link."""
+        self._call(lambda ipr: ipr.link("del", ifname=name))
+
+    def addresses(self, index: int) -> list[tuple[str, int]]:
+        """Global-scope addresses of one link."""
+        msgs = self._call(lambda ipr: ipr.get_addr(index=index))
+        return [(m.get("address"), m["prefixlen"]) for m in msgs if m["scope"] == 0]
+
+    def add_address(self, index: int, address: str, prefixlen: int) -> None:
+        """Add an address."""
+        self._call(lambda ipr: ipr.addr("add", index=index, address=address, prefixlen=prefixlen))
+
+    def delete_address(self, index: int, address: str, prefixlen: int) -> None:
+        """Remove an address."""
+        self._call(lambda ipr: ipr.addr("del", index=index, address=address, prefixlen=prefixlen))
+
+    def vf_settings(self, pf_index: int, vf: int) -> VfSettings | None:
+        """One VF's settings from its PF's IFLA_VFINFO_LIST."""
+        [msg] = self._call(lambda ipr: ipr.link("get", index=pf_index, ext_mask=1))
+        for info in (msg.get("IFLA_VFINFO_LIST") or {}).get("attrs", []):
+            if info[0] != "IFLA_VF_INFO":
+                continue
+            values = {n[len("IFLA_VF_") :].lower(): v for n, v in info[1].get("attrs", [])}
+            if values.get("mac", {}).get("vf") != vf:
+                continue
+            return VfSettings(
+                mac=values["mac"]["mac"],
+                vlan=values.get("vlan", {}).get("vlan", 0),
+                trust=_vf_bool(values.get("trust", {}).get("trust")),
+                spoofchk=_vf_bool(values.get("spoofchk", {}).get("spoofchk")),
+            )
+        return None
+
+    def set_vf(self, pf_index: int, vf: int, settings: VfSettings) -> None:
+        """Set a VF's settings through its PF."""
+        wanted: dict[str, Any] = {
+            k: int(v) if isinstance(v, bool) else v
+            for k, v in (
+                ("mac", settings.mac),
+                ("vlan", settings.vlan),
+                ("trust", settings.trust),
+                ("spoofchk", settings.spoofchk),
+            )
+            if v is not None
+        }
+        self._call(lambda ipr: ipr.link("set", index=pf_index, vf={"vf": vf, **wanted}))
+
+
+def _vf_bool(value: int | None) -> bool | None:
+    return None if value is None or value == _VF_UNSET else bool(value)
+
+
+def _to_link(msg: Any) -> Link:
+    return Link(
+        index=msg["index"],
+        name=msg.get("ifname"),
+        kind=msg.get(("IFLA_LINKINFO", "IFLA_INFO_KIND")) if msg.get("IFLA_LINKINFO") else None,
+        alias=msg.get("IFLA_IFALIAS"),
+        mtu=msg.get("mtu"),
+        address=msg.get("address"),
+        up=bool(msg["flags"] & 1),
+        link_type=msg["ifi_type"],
+    )

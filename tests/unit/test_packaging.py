@@ -1,0 +1,52 @@
+"""The distribution installs the driver under its own name only: dradriver, with the
+repository's handlers/ folder as dradriver.handlers (no top-level `handlers` package that
+another distribution could also claim)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _packages_on_disk() -> set[str]:
+    """Every package directory, named as it is installed."""
+    mapping = {v: k for k, v in PYPROJECT["tool"]["setuptools"]["package-dir"].items()}
+    found = set()
+    for folder in ("dradriver", *mapping):
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((mapping.get(folder, folder), *rel)))
+    return found
+
+
+def test_every_package_is_listed():
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == _packages_on_disk()
+
+
+def test_entry_points_name_the_installed_package():
+    for target in PYPROJECT["project"]["entry-points"]["dradriver.handlers"].values():
+        assert target.startswith("dradriver.handlers."), target
+
+
+def test_wheel_holds_dradriver_only(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    [wheel] = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.startswith("dra_driver-")}
+    assert top == {"dradriver"}, top
+    assert "dradriver/handlers/netdev/veth.py" in names
+    assert "dradriver/kit/hostif.py" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    declared = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "netdev = dradriver.handlers.netdev" in declared
