@@ -20,6 +20,16 @@ def qualified_id(driver: str, device_type: str, name: str) -> str:
     return f"{naming.cdi_kind(driver, device_type)}={name}"
 
 
+def device_id(driver: str, device_type: str, claim_uid: str, key: str) -> str:
+    """The CDI device ID of one allocated device of a claim (see naming.cdi_device_name)."""
+    return qualified_id(driver, device_type, naming.cdi_device_name(claim_uid, key))
+
+
+def device_name(qualified: str) -> str:
+    """The `name` part of a fully qualified CDI device ID."""
+    return qualified.rpartition("=")[2]
+
+
 def build_spec(
     driver: str, device_type: str, devices: Sequence[tuple[str, Mapping[str, Any]]]
 ) -> dict[str, Any]:

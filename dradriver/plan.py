@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dradriver import claims, naming
+from dradriver import cdi, claims, naming
 from dradriver.config import ConfigSchema
 from dradriver.errors import ClaimError, ConfigError, DeviceError, DriverError
 from dradriver.hookspecs import (
@@ -24,38 +24,19 @@ from dradriver.registry import HandlerRegistry
 
 @dataclass(frozen=True)
 class Plan:
-    """One allocated device, validated: its handler, request, config type and result."""
+    """One allocated device, validated: its handler, request, config type, result and
+    the CDI device ID its edits will be published under."""
 
     handler: Handler
     req: DeviceRequest
     type: str
     validated: Validated
+    cdi_device_id: str
 
     def record(self, undo: Mapping[str, Any], prepared: Prepared | None = None) -> DeviceRecord:
-        """The device's record: journal (undo only) or prepared (with what it made)."""
-        nd = prepared.network_data if prepared else None
-        return DeviceRecord(
-            key=self.req.key,
-            request=self.req.request,
-            pool=self.req.pool,
-            device=self.req.device,
-            share_id=self.req.share_id,
-            type=self.type,
-            kind=self.req.kind,
-            undo=dict(undo),
-            container_interfaces=list(self.validated.container_interfaces),
-            created_interfaces=list(prepared.created_interfaces) if prepared else [],
-            host_interfaces=list(prepared.host_interfaces) if prepared else [],
-            network_data=(
-                {
-                    "interfaceName": nd.interface_name,
-                    "ips": list(nd.ips),
-                    "hardwareAddress": nd.hardware_address,
-                }
-                if nd
-                else None
-            ),
-        )
+        """The device's record: a journal entry (undo only), or prepared (all of it)."""
+        cdi_id = self.cdi_device_id if prepared is not None else None
+        return DeviceRecord.build(self.req, self.type, self.validated, undo, prepared, cdi_id)
 
 
 class Planner:
@@ -100,7 +81,8 @@ class Planner:
                 published=published,
                 context=self.context,
             )
-            return Plan(handler, req, resolved.type, handler.validate(req))
+            cdi_id = cdi.device_id(self.context.driver_name, resolved.type, ref.uid, req.key)
+            return Plan(handler, req, resolved.type, handler.validate(req), cdi_id)
         except ConfigError as exc:
             raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
         except DriverError as exc:

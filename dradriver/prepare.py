@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +37,7 @@ from dradriver.records import (
     PREPARING,
     ClaimRecord,
     CorruptRecord,
+    DeviceAnswer,
     RecordStore,
 )
 from dradriver.registry import HandlerRegistry
@@ -61,9 +63,9 @@ class StatusSink(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The answer for one claim: devices (kubelet field names) or an error."""
+    """The answer for one claim: its devices, or an error."""
 
-    devices: list[dict[str, Any]]
+    devices: list[DeviceAnswer]
     error: str | None = None
 
 
@@ -85,7 +87,6 @@ class Preparer:
     ) -> None:
         """Wire the collaborators; nothing is read or written yet."""
         self.context = context
-        self.driver = context.driver_name
         self.cdi_dir = cdi_dir
         self.records = records
         self.registry = registry
@@ -104,10 +105,10 @@ class Preparer:
         taken: dict[tuple[str, str], str] = {}  # (pod UID, container ifname) -> claim
         outcomes = {}
         for ref in refs:
-            outcomes[ref.uid] = self._guarded("prepare", ref, lambda r=ref: self._prepare(r, taken))
+            outcomes[ref.uid] = self._guarded("prepare", ref, partial(self._prepare, ref, taken))
         return outcomes
 
-    def _prepare(self, ref: ClaimRef, taken: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    def _prepare(self, ref: ClaimRef, taken: dict[tuple[str, str], str]) -> list[DeviceAnswer]:
         self._check_uid(ref)
         record = self._load(ref)
         if record is not None and record.phase == PREPARED:
@@ -121,7 +122,7 @@ class Preparer:
             return record.answer()
         if record is not None:
             self.roll_back(record)
-        resolved = claims.resolve(self._get_claim(ref), ref, self.driver)
+        resolved = claims.resolve(self._get_claim(ref), ref, self.context.driver_name)
         plans = [self._planner.plan(ref, device) for device in resolved.devices]
         if not plans:
             return []  # no device of ours in this claim: nothing to do, nothing to record
@@ -142,7 +143,7 @@ class Preparer:
                     raise DriverError(f"request {req.request}: {exc}") from exc
                 done.append((plan, prepared))
                 record.devices.append(plan.record(prepared.undo, prepared))
-            record.cdi_specs = self._write_specs(ref, done, record)
+            record.cdi_specs = self._write_specs(ref, done)
             record.phase = PREPARED
             self.records.save(record)  # the commit point
         except BaseException:
@@ -173,19 +174,17 @@ class Preparer:
 
         return journal
 
-    def _write_specs(
-        self, ref: ClaimRef, done: list[tuple[Plan, Prepared]], record: ClaimRecord
-    ) -> list[str]:
-        """One CDI spec per device type of the claim; fills each device's CDI ID."""
+    def _write_specs(self, ref: ClaimRef, done: list[tuple[Plan, Prepared]]) -> list[str]:
+        """One CDI spec per device type of the claim, each device under its plan's CDI ID."""
+        driver = self.context.driver_name
         by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        for (plan, prepared), device in zip(done, record.devices, strict=True):
-            name = naming.cdi_device_name(ref.uid, plan.req.key)
+        for plan, prepared in done:
+            name = cdi.device_name(plan.cdi_device_id)
             by_type.setdefault(plan.type, []).append((name, prepared.edits))
-            device.cdi_device_id = cdi.qualified_id(self.driver, plan.type, name)
         files = []
         for type_, devices in sorted(by_type.items()):
-            path = cdi.spec_path(self.cdi_dir, self.driver, type_, ref.uid)
-            cdi.write_spec(path, cdi.build_spec(self.driver, type_, devices))
+            path = cdi.spec_path(self.cdi_dir, driver, type_, ref.uid)
+            cdi.write_spec(path, cdi.build_spec(driver, type_, devices))
             files.append(path.name)
         return files
 
@@ -196,7 +195,7 @@ class Preparer:
                 handler.unprepare(undo)
             except Exception as exc:  # keep going: start-up reconciliation retries leaks
                 event(log, logging.ERROR, "rollback of a device failed", claim=ref.uid, error=exc)
-        cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+        cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, ref.uid)
         self.records.delete(ref.uid)
 
     def roll_back(self, record: ClaimRecord) -> None:
@@ -226,9 +225,7 @@ class Preparer:
         ~15 ms of a deletion is a wait for RCU), so several claims run at once.
         """
         if len(refs) < 2:
-            return {
-                r.uid: self._guarded("unprepare", r, lambda r=r: self._unprepare(r)) for r in refs
-            }
+            return {r.uid: self._guarded("unprepare", r, partial(self._unprepare, r)) for r in refs}
         if self._pool is None:  # persistent: each worker keeps its own netlink socket
             self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
         done = self._pool.map(self._unprepare_on_worker, refs)
@@ -242,13 +239,14 @@ class Preparer:
         finally:
             netlink.close()
 
-    def _unprepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
+    def _unprepare(self, ref: ClaimRef) -> list[DeviceAnswer]:
         self._check_uid(ref)
+        driver = self.context.driver_name
         try:
             record = self.records.load(ref.uid)
         except CorruptRecord as exc:
             deleted = gc.delete_claim_interfaces(ref.uid)
-            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             event(
                 log,
                 logging.ERROR,
@@ -259,7 +257,7 @@ class Preparer:
             )
             return []
         if record is None:
-            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             return []
         failures = []
         for device in reversed(record.devices):
@@ -271,7 +269,7 @@ class Preparer:
             raise DeviceError("; ".join(failures) + " (will retry)")
         # The record's removal is the durable step; a spec whose removal a crash loses
         # has no record left, and start-up reconciliation deletes it.
-        cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid, durable=False)
+        cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid, durable=False)
         self.records.delete(ref.uid)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if self.metrics and record.phase == PREPARED:
@@ -280,7 +278,9 @@ class Preparer:
 
     # -- shared ------------------------------------------------------------------------
 
-    def _guarded(self, operation: str, ref: ClaimRef, fn: Any) -> Outcome:
+    def _guarded(
+        self, operation: str, ref: ClaimRef, fn: Callable[[], list[DeviceAnswer]]
+    ) -> Outcome:
         """Run one claim's operation; turn any failure into that claim's error string."""
         start = time.perf_counter()
         try:
@@ -305,7 +305,9 @@ class Preparer:
             raise ClaimError(f"invalid claim UID {ref.uid!r}")
 
     def _load(self, ref: ClaimRef) -> ClaimRecord | None:
+        """The claim's record; None if there is none or it was corrupt (quarantined and
+        logged: prepare again from the API). A record of a newer driver raises."""
         try:
             return self.records.load(ref.uid)
         except CorruptRecord:
-            return None  # quarantined and logged; prepare again from the API
+            return None

@@ -4,34 +4,97 @@ A record in phase "prepared" is the commit point of a prepare: it holds the exac
 given to the kubelet and everything teardown needs. A record in phase "preparing" is a
 journal written before a handler changes a pre-existing object (e.g. a host NIC), so a
 crash half-way can be undone at the next start.
+
+Versions, so that an old and a new instance can share the directory during a rolling
+update in either direction (design.md, "Record versions"):
+
+- `version` is the oldest record format whose readers can act on the record correctly;
+  `writer` is the format of the instance that wrote it. This code writes format FORMAT
+  and marks what it writes readable from READABLE_FROM.
+- A reader uses a record whose `version` is at most its own FORMAT: fields it does not
+  know are kept as they are and written back unchanged; fields an older writer did not
+  write get their defaults (`_upgrade`).
+- A record whose `version` is newer than FORMAT is left untouched and reported
+  (UnreadableRecord): only an instance that understands it may change it.
+- A file that is not a record at all (not JSON, fields missing, not a regular file) is
+  renamed `*.corrupt` and reported (CorruptRecord); if even the rename fails (a read-only
+  disk), it is reported and left.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dradriver import naming
 from dradriver.atomicfile import remove_durably, remove_stale_temp_files, write_atomic
 from dradriver.errors import DriverError
-from dradriver.hookspecs import ClaimRef
+from dradriver.hookspecs import ClaimRef, DeviceRequest, NetworkData, Prepared, Validated
 from dradriver.log import event
 
 log = logging.getLogger(__name__)
 
-RECORD_VERSION = 1
+FORMAT = 2  # what this code writes and understands (2: `writer`, unknown fields kept)
+READABLE_FROM = 1  # the oldest format whose readers can use what this code writes
 PREPARING = "preparing"
 PREPARED = "prepared"
 _SUFFIX = ".alloc.json"
+_MAX_BYTES = 4 << 20  # far above any real record; a bigger file is not one of ours
+
+_CLAIM_KEYS = {"version", "writer", "claim", "phase", "podUIDs", "cdiSpecs", "answer", "devices"}
+_DEVICE_KEYS = {
+    "key",
+    "request",
+    "pool",
+    "device",
+    "share_id",
+    "type",
+    "kind",
+    "undo",
+    "cdi_device_id",
+    "container_interfaces",
+    "created_interfaces",
+    "host_interfaces",
+    "network_data",
+}
 
 
 class CorruptRecord(DriverError):
-    """A record could not be read; it has been renamed to `*.corrupt`."""
+    """A record could not be read at all; it has been renamed to `*.corrupt` (if it could)."""
+
+
+class UnreadableRecord(DriverError):
+    """A record written by a newer driver that this one cannot use; left untouched."""
+
+
+@dataclass(frozen=True)
+class DeviceAnswer:
+    """One device of a prepare answer, as the kubelet gets it."""
+
+    request: str
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...]
+    share_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """In kubelet field names, as the record shows it to operators."""
+        entry: dict[str, Any] = {
+            "requestNames": [self.request],
+            "poolName": self.pool,
+            "deviceName": self.device,
+            "cdiDeviceIds": list(self.cdi_ids),
+        }
+        if self.share_id:
+            entry["shareId"] = self.share_id
+        return entry
 
 
 @dataclass
@@ -51,6 +114,60 @@ class DeviceRecord:
     created_interfaces: list[str] = field(default_factory=list)
     host_interfaces: list[str] = field(default_factory=list)
     network_data: Mapping[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
+
+    @classmethod
+    def build(
+        cls,
+        req: DeviceRequest,
+        type_: str,
+        validated: Validated,
+        undo: Mapping[str, Any],
+        prepared: Prepared | None = None,
+        cdi_device_id: str | None = None,
+    ) -> DeviceRecord:
+        """The record of one device: a journal entry (undo only) or prepared (all of it)."""
+        return cls(
+            key=req.key,
+            request=req.request,
+            pool=req.pool,
+            device=req.device,
+            share_id=req.share_id,
+            type=type_,
+            kind=req.kind,
+            undo=dict(undo),
+            cdi_device_id=cdi_device_id,
+            container_interfaces=list(validated.container_interfaces),
+            created_interfaces=list(prepared.created_interfaces) if prepared else [],
+            host_interfaces=list(prepared.host_interfaces) if prepared else [],
+            network_data=_network_data(prepared.network_data) if prepared else None,
+        )
+
+    def answer(self) -> DeviceAnswer:
+        """What the kubelet is told about this device."""
+        cdi_ids = (self.cdi_device_id,) if self.cdi_device_id else ()
+        return DeviceAnswer(self.request, self.pool, self.device, cdi_ids, self.share_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored (the keys format 1 wrote, then anything kept from a newer format)."""
+        doc = {k: getattr(self, k) for k in sorted(_DEVICE_KEYS)}
+        return {**self.extra, **doc}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> DeviceRecord:
+        """Parse one device; unknown keys are kept in `extra`."""
+        known = {k: doc[k] for k in _DEVICE_KEYS if k in doc}
+        return cls(**known, extra={k: v for k, v in doc.items() if k not in _DEVICE_KEYS})
+
+
+def _network_data(nd: NetworkData | None) -> dict[str, Any] | None:
+    if nd is None:
+        return None
+    return {
+        "interfaceName": nd.interface_name,
+        "ips": list(nd.ips),
+        "hardwareAddress": nd.hardware_address,
+    }
 
 
 @dataclass
@@ -62,55 +179,68 @@ class ClaimRecord:
     devices: list[DeviceRecord] = field(default_factory=list)
     pod_uids: list[str] = field(default_factory=list)
     cdi_specs: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
 
-    def answer(self) -> list[dict[str, Any]]:
-        """The prepare answer: one entry per device, in kubelet field names."""
-        out = []
-        for d in self.devices:
-            entry: dict[str, Any] = {
-                "requestNames": [d.request],
-                "poolName": d.pool,
-                "deviceName": d.device,
-                "cdiDeviceIds": [d.cdi_device_id] if d.cdi_device_id else [],
-            }
-            if d.share_id:
-                entry["shareId"] = d.share_id
-            out.append(entry)
-        return out
+    def answer(self) -> list[DeviceAnswer]:
+        """The prepare answer: one entry per device."""
+        return [d.answer() for d in self.devices]
 
     def to_json(self) -> bytes:
-        """Serialise with the schema version and the answer, for operators to read."""
+        """Serialise with the versions and the answer, for operators to read."""
         doc = {
-            "version": RECORD_VERSION,
-            "claim": asdict(self.claim),
+            **self.extra,
+            "version": READABLE_FROM,
+            "writer": FORMAT,
+            "claim": {
+                "namespace": self.claim.namespace,
+                "name": self.claim.name,
+                "uid": self.claim.uid,
+            },
             "phase": self.phase,
             "podUIDs": self.pod_uids,
             "cdiSpecs": self.cdi_specs,
-            "answer": self.answer(),
-            "devices": [asdict(d) for d in self.devices],
+            "answer": [a.to_json() for a in self.answer()],
+            "devices": [d.to_json() for d in self.devices],
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
     @classmethod
     def from_json(cls, data: bytes) -> ClaimRecord:
-        """Parse a record; raise ValueError (with the reason) if it is not a valid one."""
+        """Parse a record; ValueError if it is not one, UnreadableRecord if it is too new."""
         doc = json.loads(data)
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
-        if doc.get("version") != RECORD_VERSION:
-            raise ValueError(f"unsupported record version {doc.get('version')!r}")
+        version = doc.get("version")
+        if not isinstance(version, int) or version < 1:
+            raise ValueError(f"no valid format version ({version!r})")
+        if version > FORMAT:
+            raise UnreadableRecord(
+                f"written by a newer driver (readable from format {version}, writer format "
+                f"{doc.get('writer', '?')}); this driver reads format {FORMAT}"
+            )
+        doc = _upgrade(doc)
         if doc.get("phase") not in (PREPARING, PREPARED):
             raise ValueError(f"unknown phase {doc.get('phase')!r}")
         try:
             return cls(
                 claim=ClaimRef(**doc["claim"]),
                 phase=doc["phase"],
-                devices=[DeviceRecord(**d) for d in doc["devices"]],
+                devices=[DeviceRecord.from_json(d) for d in doc["devices"]],
                 pod_uids=list(doc.get("podUIDs", [])),
                 cdi_specs=list(doc.get("cdiSpecs", [])),
+                extra={k: v for k, v in doc.items() if k not in _CLAIM_KEYS},
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"missing or unexpected field: {exc}") from exc
+
+
+def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:
+    """Bring a record of an older writer up to FORMAT, in memory.
+
+    Format 1 had no `writer`; nothing else differs (format 2 only adds the rules above).
+    """
+    doc.setdefault("writer", 1)
+    return doc
 
 
 class RecordStore:
@@ -134,26 +264,41 @@ class RecordStore:
         remove_durably(self.path(claim_uid))
 
     def load(self, claim_uid: str) -> ClaimRecord | None:
-        """The record of a claim, None if there is none; a corrupt one is quarantined."""
+        """The record of a claim, None if there is none.
+
+        Raises CorruptRecord (quarantined) or UnreadableRecord (left untouched).
+        """
         path = self.path(claim_uid)
         try:
-            data = path.read_bytes()
+            data = _read(path)
         except FileNotFoundError:
             return None
+        except _NotARecord as exc:
+            raise self._quarantine(path, str(exc)) from None
         return self._parse(path, data, claim_uid)
 
     def load_all(self) -> tuple[list[ClaimRecord], list[str]]:
-        """Every readable record, and a message for each corrupt one (quarantined)."""
+        """Every usable record, and a message for each entry that is not (never raises)."""
         remove_stale_temp_files(self.directory)
         records, problems = [], []
         for path in self._files():
-            uid = path.name[: -len(_SUFFIX)]
             try:
-                records.append(self._parse(path, path.read_bytes(), uid))
-            except CorruptRecord as exc:
+                record = self.load(path.name[: -len(_SUFFIX)])
+            except DriverError as exc:
                 problems.append(str(exc))
-            except FileNotFoundError:
                 continue
+            except OSError as exc:  # EIO, EACCES: say which file, keep serving the rest
+                problems.append(f"allocation record {path} cannot be read: {exc.strerror}")
+                event(
+                    log,
+                    logging.ERROR,
+                    "allocation record cannot be read",
+                    file=str(path),
+                    error=exc,
+                )
+                continue
+            if record is not None:
+                records.append(record)
         return records, problems
 
     def _files(self) -> Iterator[Path]:
@@ -167,13 +312,32 @@ class RecordStore:
             record = ClaimRecord.from_json(data)
             if record.claim.uid != claim_uid:
                 raise ValueError(f"holds claim UID {record.claim.uid}, file name says {claim_uid}")
+        except UnreadableRecord as exc:
+            event(
+                log, logging.ERROR, "allocation record left untouched", file=str(path), reason=exc
+            )
+            raise UnreadableRecord(f"allocation record {path} is {exc}; left untouched") from None
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             raise self._quarantine(path, str(exc)) from None
         return record
 
     def _quarantine(self, path: Path, reason: str) -> CorruptRecord:
         target = path.with_name(path.name + ".corrupt")
-        path.replace(target)
+        try:
+            path.replace(target)
+        except OSError as exc:
+            event(
+                log,
+                logging.ERROR,
+                "corrupt allocation record cannot be moved aside; left in place",
+                file=str(path),
+                reason=reason,
+                error=exc,
+            )
+            return CorruptRecord(
+                f"allocation record {path} is corrupt ({reason}) and cannot be moved aside "
+                f"({exc.strerror}); fix or remove it"
+            )
         event(
             log,
             logging.ERROR,
@@ -183,3 +347,32 @@ class RecordStore:
             reason=reason,
         )
         return CorruptRecord(f"allocation record {path} is corrupt ({reason}); moved to {target}")
+
+
+class _NotARecord(Exception):
+    """The entry exists but is no file we would have written."""
+
+
+def _read(path: Path) -> bytes:
+    """A record's bytes, refusing symlinks, FIFOs, directories and giant files.
+
+    O_NONBLOCK: opening a FIFO must not wait for a writer that never comes.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _NotARecord("a symbolic link, not a file the driver wrote") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotARecord(f"not a regular file (mode {stat.filemode(info.st_mode)})")
+        if info.st_size > _MAX_BYTES:
+            raise _NotARecord(f"{info.st_size} bytes, far more than a record holds")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -77,13 +77,13 @@ class _DRAService:
         msg = self._pb2.NodePrepareResourceResponse(error=outcome.error or "")
         for d in outcome.devices:
             device = msg.devices.add(
-                request_names=d["requestNames"],
-                pool_name=d["poolName"],
-                device_name=d["deviceName"],
-                cdi_device_ids=d["cdiDeviceIds"],
+                request_names=[d.request],
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=list(d.cdi_ids),
             )
-            if self._share and d.get("shareId"):
-                device.share_id = d["shareId"]
+            if self._share and d.share_id:
+                device.share_id = d.share_id
         return msg
 
 
