@@ -1,0 +1,233 @@
+"""An in-memory kernel behind dradriver.netlink, for testing the state machine without root.
+
+It keeps what the driver looks at (links with name, kind, alias, MTU, MAC, state,
+addresses; veth peers; VF settings) and answers with the errno the real kernel gives
+for the same request (EEXIST, ENODEV, EINVAL, EADDRNOTAVAIL). A `Steps` controller
+counts every request (and every file write it is told about) so a test can make the
+n-th one fail, or "crash" there: the kernel state and the files as they were just
+before that step are kept as an `Image`, and a BaseException unwinds. The code's own
+`except BaseException` cleanup still runs on the way out, which a SIGKILL would not
+allow; the test throws that away by restoring the image.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dradriver.netlink import Link, NetlinkError, VfSettings
+
+
+class Crash(BaseException):
+    """The process died here (raised by Steps at the chosen step)."""
+
+
+@dataclass
+class FakeLink:
+    index: int
+    name: str
+    kind: str | None
+    mtu: int = 1500
+    address: str = ""
+    alias: str | None = None
+    up: bool = False
+    link_type: int = 1
+    peer: str | None = None
+    parent: int | None = None
+    master: int | None = None
+    addresses: set[tuple[str, int]] = field(default_factory=set)
+
+    def view(self) -> Link:
+        return Link(
+            self.index,
+            self.name,
+            self.kind,
+            self.alias,
+            self.mtu,
+            self.address,
+            self.up,
+            self.link_type,
+        )
+
+
+@dataclass
+class Image:
+    """What survives a crash: the kernel's links and the files of the watched directories."""
+
+    table: dict[str, FakeLink]
+    files: dict[Path, bytes]
+
+
+class Steps:
+    """Counts side effects; fails or crashes at a chosen one."""
+
+    def __init__(self, dirs: tuple[Path, ...] = ()) -> None:
+        self.dirs = dirs
+        self.count = 0
+        self.log: list[str] = []
+        self.fail_at: int | None = None
+        self.fail_errno = errno.EPERM
+        self.crash_at: int | None = None
+        self.image: Image | None = None
+        self.kernel: FakeKernel | None = None
+
+    def tick(self, what: str) -> None:
+        self.count += 1
+        self.log.append(what)
+        if self.count == self.crash_at:
+            self.image = Image(
+                copy.deepcopy(self.kernel.table) if self.kernel else {}, snapshot(self.dirs)
+            )
+            raise Crash(f"crash before step {self.count}: {what}")
+        if self.count == self.fail_at:
+            raise NetlinkError(f"injected failure at step {self.count} ({what})", self.fail_errno)
+
+
+def snapshot(dirs: tuple[Path, ...]) -> dict[Path, bytes]:
+    """Every regular file under `dirs` with its content."""
+    return {
+        p: p.read_bytes() for d in dirs if d.exists() for p in sorted(d.rglob("*")) if p.is_file()
+    }
+
+
+def restore(dirs: tuple[Path, ...], files: Mapping[Path, bytes]) -> None:
+    """Make `dirs` hold exactly `files` (what was on disk at the crash)."""
+    for d in dirs:
+        if d.exists():
+            for p in sorted(d.rglob("*"), reverse=True):
+                if p.is_file():
+                    p.unlink()
+    for p, data in files.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+class FakeKernel:
+    """dradriver.netlink's Kernel protocol, in memory."""
+
+    def __init__(self, steps: Steps | None = None) -> None:
+        self.table: dict[str, FakeLink] = {}
+        self.vfs: dict[tuple[int, int], VfSettings] = {}
+        self._index = itertools.count(2)
+        self._mac = itertools.count(1)
+        self.steps = steps or Steps()
+        self.steps.kernel = self
+
+    # -- building the node ------------------------------------------------------------
+
+    def add(self, name: str, kind: str | None = None, **attrs: Any) -> FakeLink:
+        attrs.setdefault("address", self._new_mac())
+        link = FakeLink(next(self._index), name, kind, **attrs)
+        self.table[name] = link
+        return link
+
+    def _new_mac(self) -> str:
+        n = next(self._mac)
+        return f"02:fa:ce:00:{n // 256:02x}:{n % 256:02x}"
+
+    def names(self) -> set[str]:
+        return set(self.table)
+
+    # -- the Kernel protocol ----------------------------------------------------------
+
+    def _by_index(self, index: int) -> FakeLink:
+        for link in self.table.values():
+            if link.index == index:
+                return link
+        raise NetlinkError("no such device", errno.ENODEV)
+
+    def _by_name(self, name: str) -> FakeLink:
+        if name not in self.table:
+            raise NetlinkError("no such device", errno.ENODEV)
+        return self.table[name]
+
+    def links(self) -> list[Link]:
+        return [link.view() for link in self.table.values()]
+
+    def find(self, name: str) -> Link | None:
+        link = self.table.get(name)
+        return link.view() if link else None
+
+    def create(self, name: str, kind: str, attrs: Mapping[str, Any]) -> None:
+        self.steps.tick(f"create {kind} {name}")
+        peer = attrs.get("peer")
+        if name in self.table or (peer and peer in self.table):
+            raise NetlinkError("exists", errno.EEXIST)
+        if len(name.encode()) > 15 or "%" in name:
+            raise NetlinkError("bad name", errno.EINVAL)
+        parent = attrs.get("link")
+        if parent is not None:
+            self._by_index(parent)
+        self.add(name, kind, peer=peer, parent=parent)
+        if peer:
+            self.add(peer, kind, peer=name)
+
+    def set(self, index: int, attrs: Mapping[str, Any]) -> None:
+        self.steps.tick(f"set {index} {sorted(attrs)}")
+        link = self._by_index(index)
+        if "mtu" in attrs and not 68 <= attrs["mtu"] <= 65535:
+            raise NetlinkError("mtu", errno.EINVAL)
+        if "ifname" in attrs:
+            if attrs["ifname"] in self.table:
+                raise NetlinkError("exists", errno.EEXIST)
+            del self.table[link.name]
+            link.name = attrs["ifname"]
+            self.table[link.name] = link
+        for key, name in (("mtu", "mtu"), ("address", "address"), ("ifalias", "alias")):
+            if key in attrs:
+                setattr(link, name, attrs[key])
+        if "state" in attrs:
+            link.up = attrs["state"] == "up"
+        if "master" in attrs:
+            link.master = attrs["master"]
+
+    def delete(self, name: str) -> None:
+        self.steps.tick(f"delete {name}")
+        link = self._by_name(name)
+        del self.table[name]
+        if link.peer and link.peer in self.table and link.kind == "veth":
+            del self.table[link.peer]
+
+    def addresses(self, index: int) -> list[tuple[str, int]]:
+        return sorted(self._by_index(index).addresses)
+
+    def add_address(self, index: int, address: str, prefixlen: int) -> None:
+        self.steps.tick(f"add address {address}/{prefixlen} to {index}")
+        link = self._by_index(index)
+        if (address, prefixlen) in link.addresses:
+            raise NetlinkError("exists", errno.EEXIST)
+        link.addresses.add((address, prefixlen))
+
+    def delete_address(self, index: int, address: str, prefixlen: int) -> None:
+        self.steps.tick(f"delete address {address}/{prefixlen} from {index}")
+        link = self._by_index(index)
+        if (address, prefixlen) not in link.addresses:
+            raise NetlinkError("not there", errno.EADDRNOTAVAIL)
+        link.addresses.discard((address, prefixlen))
+
+    def vf_settings(self, pf_index: int, vf: int) -> VfSettings | None:
+        return self.vfs.get((pf_index, vf))
+
+    def set_vf(self, pf_index: int, vf: int, settings: VfSettings) -> None:
+        self.steps.tick(f"set vf {vf} of {pf_index}")
+        current = self.vfs.get((pf_index, vf), VfSettings())
+        changes = {k: v for k, v in vars(settings).items() if v is not None}
+        self.vfs[(pf_index, vf)] = replace(current, **changes)
+
+    def close(self) -> None:
+        pass
+
+
+def counting(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a file operation so it is one step (it can fail or crash there too)."""
+
+    def wrapped(path: Path, *args: Any, **kwargs: Any) -> Any:
+        steps.tick(f"{what} {Path(path).name}")
+        return fn(path, *args, **kwargs)
+
+    return wrapped
