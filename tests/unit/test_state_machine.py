@@ -97,8 +97,8 @@ class Node:
     def links(self) -> dict[str, tuple[Any, ...]]:
         """Every link with what a claim could have changed on it."""
         return {
-            n: (l.mtu, l.address, l.up, l.alias, sorted(l.addresses))
-            for n, l in self.kernel.table.items()
+            n: (ln.mtu, ln.address, ln.up, ln.alias, sorted(ln.addresses))
+            for n, ln in self.kernel.table.items()
         }
 
 
