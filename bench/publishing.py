@@ -11,7 +11,7 @@ from typing import Any
 
 from dradriver import slices
 from dradriver.inventory import Inventory
-from dradriver.kubeapi import KubeApi, load_client_configuration
+from dradriver.kubeapi import KubeApi
 from dradriver.publisher import Publisher
 from dradriver.registry import HandlerRegistry
 from tests.support.fakeapi import FakeApi
@@ -50,7 +50,7 @@ def publishing(sizes: tuple[int, ...], runs: int) -> list[dict[str, Any]]:
             fake.add_node("node-a")
             with fake.serving() as url:
                 cfg_path = fake.kubeconfig(url, Path(d) / "kubeconfig")
-                api = KubeApi(configuration=load_client_configuration(str(cfg_path)))
+                api = KubeApi(str(cfg_path))
                 publisher = Publisher(api, inventory, "dra.example.com", "node-a", 600)
                 start = time.perf_counter()
                 publisher.publish(force=True)

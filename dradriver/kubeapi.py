@@ -1,26 +1,24 @@
 """The Kubernetes API calls the driver makes, as raw JSON over one HTTP connection pool.
 
-Credentials come from the `kubernetes` client's own loaders (kubeconfig or in-cluster
-service account, with token refresh). Only those modules are loaded: `import kubernetes`
-eagerly imports every generated API model (about 35 MB of resident memory), which a
-node daemon cannot afford, and the raw JSON keeps fields the client's models would drop.
+Where the server is and how to authenticate come from `kubeconfig.py` (in-cluster or a
+kubeconfig file). Raw JSON keeps fields a typed client's models would drop.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
-import types
+import ssl
+import threading
 from collections.abc import Mapping
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
 
+from dradriver import kubeconfig
 from dradriver.errors import DriverError
+from dradriver.kubeconfig import ApiConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,76 +35,33 @@ class ApiError(DriverError):
         self.reason = reason
 
 
-def load_client_configuration(kubeconfig: str | None) -> Any:
-    """A kubernetes.client.Configuration from `kubeconfig`, or in-cluster when None."""
-    configuration, kube_config, incluster_config = _client_config_modules()
-    cfg = configuration.Configuration()
-    if kubeconfig:
-        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        incluster_config.load_incluster_config(client_configuration=cfg)
-    return cfg
-
-
-def _client_config_modules() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
-    """Import the client's configuration and loader modules without the package __init__s."""
-    names = (
-        "kubernetes.client.configuration",
-        "kubernetes.config.kube_config",
-        "kubernetes.config.incluster_config",
-    )
-    if "kubernetes" in sys.modules and not hasattr(sys.modules["kubernetes"], "__dradriver__"):
-        import importlib  # noqa: PLC0415 - the package is already fully imported
-
-        mods = [importlib.import_module(n) for n in names]
-        return mods[0], mods[1], mods[2]
-    spec = find_spec("kubernetes")
-    if spec is None or spec.origin is None:
-        raise DriverError("the kubernetes Python package is not installed")
-    root = Path(spec.origin).parent
-    before = set(sys.modules)
-    for name, sub in (
-        ("kubernetes", root),
-        ("kubernetes.client", root / "client"),
-        ("kubernetes.config", root / "config"),
-    ):
-        stub = types.ModuleType(name)
-        stub.__path__ = [str(sub)]
-        stub.__dradriver__ = True  # type: ignore[attr-defined]
-        sys.modules[name] = stub
-    try:
-        import importlib  # noqa: PLC0415
-
-        configuration = importlib.import_module(names[0])
-        client_stub = sys.modules["kubernetes.client"]
-        client_stub.Configuration = configuration.Configuration  # type: ignore[attr-defined]
-        client_stub.ApiClient = None  # type: ignore[attr-defined]  # only new_client_* use it
-        kube_config = importlib.import_module(names[1])
-        incluster = importlib.import_module(names[2])
-    finally:
-        # Leave no stub behind: a later `import kubernetes` must get the real package.
-        for name in set(sys.modules) - before:
-            if name == "kubernetes" or name.startswith("kubernetes."):
-                del sys.modules[name]
-    return configuration, kube_config, incluster
-
-
 class KubeApi:
     """The driver's API calls: claims, claim status, nodes and ResourceSlices."""
 
-    def __init__(self, kubeconfig: str | None = None, configuration: Any = None) -> None:
-        """Connect with `configuration` or one loaded from `kubeconfig` / in-cluster."""
-        self._cfg = configuration or load_client_configuration(kubeconfig)
-        self._host = self._cfg.host.rstrip("/")
+    def __init__(self, kubeconfig_path: str | None = None, config: ApiConfig | None = None) -> None:
+        """Connect with `config`, or one loaded from `kubeconfig_path` / in-cluster."""
+        self._config = config or kubeconfig.load(kubeconfig_path)
+        self._host = self._config.server
+        self._lock = threading.Lock()
+        self._cert: tuple[str, str] | None = None
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> urllib3.PoolManager:
+        """A connection pool trusting the configured CA, with the current client cert."""
         kwargs: dict[str, Any] = {"maxsize": 4, "timeout": _TIMEOUT, "retries": False}
         if self._host.startswith("https://"):
-            if self._cfg.verify_ssl:
-                kwargs |= {"cert_reqs": "CERT_REQUIRED", "ca_certs": self._cfg.ssl_ca_cert}
-            else:
-                kwargs["cert_reqs"] = "CERT_NONE"
-            if self._cfg.cert_file:
-                kwargs |= {"cert_file": self._cfg.cert_file, "key_file": self._cfg.key_file}
-        self._pool = urllib3.PoolManager(**kwargs)
+            cfg = self._config
+            ctx = ssl.create_default_context(cafile=cfg.ca_file, cadata=cfg.ca_data)
+            if cfg.insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self._cert = cfg.credentials.client_cert()
+            if self._cert is not None:
+                ctx.load_cert_chain(*self._cert)
+            kwargs["ssl_context"] = ctx
+            if cfg.tls_server_name:
+                kwargs["server_hostname"] = cfg.tls_server_name
+        return urllib3.PoolManager(**kwargs)
 
     def request(
         self,
@@ -116,18 +71,47 @@ class KubeApi:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        """Send one request; return the decoded JSON body or raise ApiError."""
+        """Send one request; return the decoded JSON body or raise ApiError.
+
+        A 401 is retried once with fresh credentials (a rotated token or certificate).
+        """
+        for attempt in (0, 1):
+            try:
+                return self._request(method, path, body, query, content_type)
+            except ApiError as exc:
+                if exc.status != 401 or attempt:
+                    raise
+                self._config.credentials.invalidate()
+        raise AssertionError("unreachable")
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+    ) -> Any:
         url = self._host + path + (("?" + urlencode(query)) if query else "")
         headers = {"Accept": "application/json", "User-Agent": "dra-driver"}
-        token = self._cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-        if token:
-            headers["Authorization"] = token
+        credentials = self._config.credentials
+        try:
+            authorization = credentials.authorization()
+            cert = credentials.client_cert()
+        except DriverError as exc:
+            raise ApiError(0, "Unauthorized", f"no credentials for {self._host}: {exc}") from None
+        if authorization:
+            headers["Authorization"] = authorization
+        with self._lock:
+            if cert != self._cert:  # an exec plugin handed out a new certificate
+                self._pool = self._new_pool()
+            pool = self._pool
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
             data = json.dumps(body).encode()
         try:
-            resp = self._pool.request(method, url, body=data, headers=headers)
+            resp = pool.request(method, url, body=data, headers=headers)
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
         try:

@@ -286,14 +286,6 @@ class ControlPlane:
         """A raw API call as admin; returns the decoded JSON answer."""
         return self._rest().request(method, path, body, **kw)
 
-    def api_client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig."""
-        from kubernetes import config  # late: ~0.5 s import
-
-        return config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(self.admin_kubeconfig)
-        )
-
     def apply(self, path_or_yaml: Source, namespace: str | None = None) -> list[dict[str, Any]]:
         """Server-side apply (forced, field manager ``dra-e2e``) of every object of a
         YAML file (``Path`` or path string), a YAML string, an object or a list of

@@ -146,6 +146,7 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
     import threading
 
     from dradriver.kubeapi import ApiError, KubeApi
+    from dradriver.kubeconfig import ApiConfig
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -161,15 +162,7 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
-    class Cfg:
-        host = f"http://127.0.0.1:{server.server_address[1]}"
-        verify_ssl = False
-        cert_file = None
-
-        def get_api_key_with_prefix(self, *a, **k):
-            return None
-
-    api = KubeApi(configuration=Cfg())
+    api = KubeApi(config=ApiConfig(f"http://127.0.0.1:{server.server_address[1]}"))
     try:
         with pytest.raises(ApiError, match="502 Bad Gateway: <html>bad gateway</html>"):
             api.get_node("bad")
