@@ -138,16 +138,18 @@ class Publisher:
         return True
 
     def _check_dropped(self, sent: dict[str, Any], stored: dict[str, Any]) -> bool:
-        """Switch to single-allocation virtual devices if the API dropped shared-device fields."""
+        """Switch to single-allocation devices if the API dropped shared-device fields."""
         dropped = slices.dropped_fields(sent["spec"]["devices"], stored)
         if not dropped or self._inventory.fallback:
             return False
+        shared = sorted(d.name for d in self._inventory.devices() if slices.share_count(d))
+        instead = ", ".join(f"{name}-<n>" for name in shared)
         event(
             log,
             logging.ERROR,
             "API server dropped consumable-capacity fields (feature gate "
-            "DRAConsumableCapacity off?); publishing each shareable device as "
-            "single-allocation devices <name>-<n> instead",
+            f"DRAConsumableCapacity off?); publishing single-allocation devices {instead} "
+            "instead",
             dropped=",".join(dropped),
         )
         self._inventory.set_fallback(True)
