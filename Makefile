@@ -22,7 +22,7 @@ NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --conte
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean test lint proto test-kernel e2e bench
+	network-check restart logs debug clean test test-faults lint proto test-kernel e2e bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -103,8 +103,11 @@ debug: ## show driver pods, slices, classes, claims, example pods and recent eve
 clean: ## delete the kind cluster
 	-$(KIND) delete cluster --name $(CLUSTER)
 
-test: ## unit, integration, kernel and deploy tests
-	$(PYTHON) -m pytest tests/unit tests/integration tests/kernel tests/deploy
+test: ## unit, integration, kernel, deploy and fault tests
+	$(PYTHON) -m pytest tests/unit tests/integration tests/kernel tests/deploy tests/faults
+
+test-faults: ## the fault-injection and fuzzing suite alone (FUZZ_EXAMPLES=n for a longer fuzz)
+	DRA_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PYTHON) -m pytest tests/faults
 
 lint: ## ruff check, ruff format --check, mypy
 	$(PYTHON) -m ruff check .
