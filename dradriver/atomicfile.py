@@ -1,4 +1,8 @@
-"""The one atomic file write: temp file in the same directory, fsync, rename, fsync dir."""
+"""The one atomic file write: temp file in the same directory, fsync, rename, fsync dir.
+
+Errors name the file the caller wanted to write, not the temp file, so an operator reading
+"No space left on device: /etc/cdi/x.json" knows which disk and which file.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +12,38 @@ import threading
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data` so a reader sees the old or the new file, never a torn one."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data` so a reader sees the old or the new file, never a torn one.
+
+    `durable=False` skips both fsyncs: the file then survives a crash of the process
+    (the page cache keeps it) but maybe not of the machine. For journals whose subject
+    (kernel objects) would not survive the machine's crash either.
+    A missing directory is created (someone may have removed it while we run).
+    """
     directory = path.parent
     tmp = directory / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        except FileNotFoundError:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
         os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    tmp.replace(path)
-    fsync_dir(directory)
+        tmp.replace(path)
+        if durable:
+            fsync_dir(directory)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def remove_durably(path: Path) -> bool:
@@ -47,10 +66,14 @@ def fsync_dir(directory: Path) -> None:
 
 
 def remove_stale_temp_files(directory: Path) -> list[Path]:
-    """Delete temp files a crash left behind in `directory` (ours start with '.' and '.tmp-')."""
+    """Delete temp files a crash left behind in `directory` (ours start with '.' and '.tmp-').
+
+    Best effort: a read-only or missing directory is not an error here.
+    """
     removed = []
-    for tmp in directory.glob(".*.tmp-*"):
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-            removed.append(tmp)
+    with contextlib.suppress(OSError):
+        for tmp in directory.glob(".*.tmp-*"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(tmp)
     return removed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +64,13 @@ def remove_claim_specs(
     without a record).
     """
     prefix, suffix = f"{driver}-", f"_{claim_uid}.json"
-    with os.scandir(cdi_dir) as entries:  # plain string tests: no regex per claim UID
-        names = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(suffix)]
+    try:
+        with os.scandir(cdi_dir) as entries:  # plain string tests: no regex per claim UID
+            names = [
+                e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(suffix)
+            ]
+    except FileNotFoundError:  # the directory was removed: nothing of ours is left in it
+        return []
     if durable:
         return [cdi_dir / n for n in names if remove_durably(cdi_dir / n)]
     removed = []
@@ -83,3 +88,11 @@ def claim_uid_of(path: Path, driver: str) -> str | None:
         return None
     uid = name[: -len(".json")].rsplit("_", 1)[1]
     return uid if naming.is_claim_uid(uid) else None
+
+
+def net_device_hosts(specs: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The host interface names the runtime will move, from spec documents."""
+    for spec in specs:
+        for device in spec.get("devices") or []:
+            for nd in (device.get("containerEdits") or {}).get("netDevices") or []:
+                yield str(nd["hostInterfaceName"])

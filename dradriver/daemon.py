@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 import time
 
-from dradriver import gc, log
+from dradriver import gc, log, naming
 from dradriver.config import ConfigSchema
+from dradriver.errors import DriverError
 from dradriver.hookspecs import HandlerContext
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import KubeApi
@@ -18,7 +21,7 @@ from dradriver.log import event
 from dradriver.metrics import Metrics
 from dradriver.prepare import Preparer
 from dradriver.publisher import Publisher
-from dradriver.records import PREPARED, RecordStore
+from dradriver.records import RecordStore
 from dradriver.registry import HandlerRegistry
 from dradriver.settings import Settings
 from dradriver.status import StatusWriter
@@ -37,6 +40,7 @@ def context_of(settings: Settings) -> HandlerContext:
         sriov_pfs=settings.sriov_pfs,
         dev_root=settings.dev_root,
         virtual_slots=settings.virtual_slots,
+        owner=naming.owner_id(settings.driver_name, os.path.realpath(settings.state_dir)),
     )
 
 
@@ -51,8 +55,18 @@ def run(settings: Settings) -> int:
     registry = HandlerRegistry()
     schema = ConfigSchema(registry, settings.driver_name)
     context = context_of(settings)
-    settings.cdi_dir.mkdir(parents=True, exist_ok=True)
     records = RecordStore(settings.state_dir)
+    for directory in (settings.cdi_dir, settings.state_dir):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # keep serving: each claim that needs it says what is wrong
+            event(
+                logger,
+                logging.ERROR,
+                "cannot create directory",
+                directory=str(directory),
+                error=exc,
+            )
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
     metrics = Metrics()
@@ -74,20 +88,23 @@ def run(settings: Settings) -> int:
     )
 
     with lock:  # another instance (rolling update) may be preparing right now
-        loaded, corrupt = records.load_all()
-        report = gc.reconcile(loaded, settings.cdi_dir, settings.driver_name, preparer.roll_back)
-    prepared = sum(1 for r in loaded if r.phase == PREPARED)
+        loaded, unusable = records.load_all()
+        report = gc.reconcile(loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle)
+    prepared = len(report.prepared_claims)
     metrics.prepared_claims.set(prepared)
     event(
         logger,
-        logging.INFO,
+        logging.INFO if not (unusable or report.problems) else logging.WARNING,
         "state loaded",
         records=prepared,
-        corrupt=len(corrupt),
+        unusable=len(unusable),
         rolled_back=len(report.rolled_back_claims),
+        reprepared=len(report.reprepared_claims),
+        finished=len(report.finished_claims),
+        restored_specs=len(report.restored_specs),
         deleted_interfaces=len(report.deleted_interfaces),
         removed_specs=len(report.removed_specs),
-        vanished=len(report.vanished),
+        problems="; ".join(report.problems) or None,
     )
 
     publisher = Publisher(
@@ -103,6 +120,10 @@ def run(settings: Settings) -> int:
         on_registered=publisher.trigger,
     )
     status.start()
+    for uid in report.reprepared_claims:  # their interfaces (and MACs) are new
+        with contextlib.suppress(DriverError, OSError):
+            if (record := records.load(uid)) is not None:
+                status.submit(record)
     publisher.start()
     server.start(settings.healthcheck_port)
     event(

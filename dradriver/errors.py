@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 
 class DriverError(Exception):
     """Base of every error the driver reports per claim instead of crashing."""
@@ -38,3 +41,27 @@ class DeviceError(DriverError):
 
 class RegistryError(DriverError):
     """Handler plugins conflict or are missing; raised at start-up."""
+
+
+class StorageError(DriverError):
+    """A file the driver keeps (CDI spec, allocation record) cannot be written or read."""
+
+
+def storage_error(exc: OSError) -> StorageError:
+    """An OSError on one of the driver's files, as a message an operator can act on."""
+    where = exc.filename or "one of the driver's files"
+    folder = str(Path(where).parent) if exc.filename else "the CDI or state directory"
+    actions = {
+        errno.ENOSPC: f"the filesystem holding {folder} is full: free space on it",
+        errno.EDQUOT: f"the disk quota of {folder} is exhausted: raise it or free space",
+        errno.EROFS: f"{folder} is on a read-only filesystem: mount it read-write "
+        "(the DaemonSet's hostPath volume)",
+        errno.EACCES: f"the driver may not write in {folder}: check its owner and mode",
+        errno.EPERM: f"the driver may not write in {folder}: check its owner, mode and "
+        "attributes (chattr)",
+        errno.EIO: f"the disk holding {folder} reports I/O errors: check the node's disk",
+        errno.EMFILE: "the driver has too many open files: raise its file limit",
+        errno.ENFILE: "the node has too many open files",
+    }
+    action = actions.get(exc.errno or 0, "check the directory and the disk")
+    return StorageError(f"{where}: {exc.strerror} (errno {exc.errno}); {action}")

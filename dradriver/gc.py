@@ -1,14 +1,22 @@
-"""Start-up reconciliation of kernel objects, CDI specs and allocation records."""
+"""Start-up reconciliation of kernel objects, CDI specs and allocation records.
+
+Run before the driver registers, under the cross-instance lock. Every record the driver
+keeps is made true again or finished; only what this instance owns is ever deleted.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import os
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dradriver import cdi, naming, netlink
 from dradriver.atomicfile import remove_durably, remove_stale_temp_files
+from dradriver.errors import DriverError
+from dradriver.lifecycle import ClaimLifecycle
 from dradriver.log import event
 from dradriver.records import PREPARED, PREPARING, ClaimRecord
 
@@ -19,81 +27,175 @@ log = logging.getLogger(__name__)
 class Report:
     """What reconciliation found and did."""
 
-    deleted_interfaces: list[str] = field(default_factory=list)
+    prepared_claims: list[str] = field(default_factory=list)  # kept, true again
     rolled_back_claims: list[str] = field(default_factory=list)
+    reprepared_claims: list[str] = field(default_factory=list)  # after a reboot
+    finished_claims: list[str] = field(default_factory=list)  # their objects were gone
+    restored_specs: list[str] = field(default_factory=list)
+    deleted_interfaces: list[str] = field(default_factory=list)
     removed_specs: list[str] = field(default_factory=list)
-    vanished: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def vanished(self) -> list[str]:
+        """Claims whose kernel objects were found gone (repaired or finished)."""
+        return self.reprepared_claims + self.finished_claims
 
 
-def is_ours(link: netlink.Link) -> bool:
-    """Whether the driver created `link`: our ifalias tag, or our name shape and no alias.
+def owns(tag: naming.Tag | None, owner: str, known_claims: set[str]) -> bool:
+    """Whether this instance owns an interface with `tag`.
 
-    The kernel ignores an alias in the request that creates a link, so a crash between
-    creating and tagging leaves an untagged link; only this driver makes 15-byte names
-    of the form `dr<role><12 base32 chars>`.
+    Its own owner ID, or a tag of a driver version before owners were tagged for a claim
+    this instance has a record of. Untagged interfaces are never ours to delete here: a
+    prepare journals the names it will create before creating them, so a crash between
+    creating and tagging is rolled back from the journal.
     """
-    if naming.parse_ifalias(link.alias) is not None:
-        return True
-    return not link.alias and naming.is_host_ifname(link.name)
+    if tag is None:
+        return False
+    if tag.owner is None:
+        return tag.claim_uid in known_claims
+    return tag.owner == owner
 
 
 def reconcile(
-    records: Iterable[ClaimRecord],
-    cdi_dir: Path,
-    driver: str,
-    roll_back: Callable[[ClaimRecord], None],
+    records: Iterable[ClaimRecord], cdi_dir: Path, driver: str, lifecycle: ClaimLifecycle
 ) -> Report:
-    """Undo interrupted prepares, delete leaked interfaces and specs, report vanished ones."""
+    """Roll back interrupted prepares, repair or finish stale ones, delete what leaked."""
     report = Report()
+    records = list(records)
+    known = {r.claim.uid for r in records}
     prepared = []
+    present = {link.name for link in netlink.links()}
     for record in records:
-        if record.phase == PREPARING:
-            roll_back(record)
-            report.rolled_back_claims.append(record.claim.uid)
-        elif record.phase == PREPARED:
-            prepared.append(record)
+        uid = record.claim.uid
+        try:
+            if record.phase == PREPARING:
+                lifecycle.roll_back(record)
+                report.rolled_back_claims.append(uid)
+            elif record.phase == PREPARED:
+                kept = _keep_true(record, lifecycle, present, report)
+                if kept is not None:
+                    prepared.append(kept)
+        except (DriverError, OSError) as exc:
+            report.problems.append(f"claim {uid}: {exc}")
+            event(log, logging.ERROR, "reconciling a claim failed", claim=uid, error=exc)
+    report.prepared_claims = [r.claim.uid for r in prepared]
     owned = {n for r in prepared for d in r.devices for n in d.created_interfaces}
-    present = set()
-    for link in netlink.links():
-        present.add(link.name)
-        if is_ours(link) and link.name not in owned and netlink.delete(link.name):
-            report.deleted_interfaces.append(link.name)
-            event(
-                log,
-                logging.WARNING,
-                "deleted leaked interface",
-                interface=link.name,
-                alias=link.alias or "",
-            )
-    for record in prepared:
-        for device in record.devices:
-            for name in device.host_interfaces:
-                if name not in present:
-                    report.vanished.append(f"{record.claim.uid}/{name}")
-                    event(
-                        log,
-                        logging.WARNING,
-                        "interface of a prepared claim vanished",
-                        claim=record.claim.uid,
-                        interface=name,
-                    )
-    prepared_uids = {r.claim.uid for r in prepared}
-    remove_stale_temp_files(cdi_dir)
-    for spec in sorted(cdi_dir.glob(f"{driver}-*_*.json")):
-        uid = cdi.claim_uid_of(spec, driver)
-        if uid is not None and uid not in prepared_uids and remove_durably(spec):
-            report.removed_specs.append(spec.name)
-            event(
-                log, logging.WARNING, "removed CDI spec without record", claim=uid, file=str(spec)
-            )
+    _delete_leaked_links(lifecycle.context.owner, known, owned, report)
+    _remove_orphan_specs(cdi_dir, driver, {r.claim.uid for r in prepared}, report)
+    try:
+        lifecycle.records.reindex(prepared)
+    except OSError as exc:
+        report.problems.append(f"pod index: {exc}")
     return report
 
 
-def delete_claim_interfaces(claim_uid: str) -> list[str]:
-    """Delete every interface tagged with `claim_uid` (used when its record is lost)."""
+def _keep_true(
+    record: ClaimRecord, lifecycle: ClaimLifecycle, present: set[str], report: Report
+) -> ClaimRecord | None:
+    """A prepared record made true again (the record to keep), or finished (None)."""
+    uid = record.claim.uid
+    rebooted = (
+        record.boot_id is not None
+        and lifecycle.boot_id is not None
+        and record.boot_id != lifecycle.boot_id
+    )
+    if rebooted:
+        # Every kernel object is gone, but the kubelet still holds the claim as prepared
+        # and will start the pod's containers with its CDI IDs: make them true again.
+        try:
+            again = lifecycle.prepare_again(record)
+        except DriverError as exc:
+            event(log, logging.ERROR, "cannot prepare again after a reboot", claim=uid, error=exc)
+            report.problems.append(f"claim {uid}: cannot prepare again after a reboot: {exc}")
+            lifecycle.release(record)
+            report.finished_claims.append(uid)
+            return None
+        event(log, logging.WARNING, "node rebooted: claim prepared again", claim=uid)
+        report.reprepared_claims.append(uid)
+        return again
+    gone = [n for d in record.devices for n in d.host_interfaces if n not in present]
+    if gone:
+        # A host end that stays while the claim is prepared is gone: the pod's namespace
+        # was destroyed, or an unprepare was interrupted. Finish that unprepare.
+        event(
+            log,
+            logging.WARNING,
+            "interfaces of a prepared claim vanished: finishing its unprepare",
+            claim=uid,
+            interfaces=",".join(gone),
+        )
+        lifecycle.release(record)
+        report.finished_claims.append(uid)
+        return None
+    restored = [n for n in record.cdi_specs if not (lifecycle.cdi_dir / n).is_file()]
+    lost = lifecycle.restore_specs(record)
+    report.restored_specs += [n for n in restored if n not in lost]
+    if lost:
+        report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
+    return record
+
+
+def _delete_leaked_links(owner: str, known: set[str], owned: set[str], report: Report) -> None:
+    """Delete interfaces this instance tagged that no prepared record lists."""
+    for link in netlink.links():
+        tag = naming.parse_ifalias(link.alias)
+        if link.name in owned or not owns(tag, owner, known):
+            continue
+        try:
+            if netlink.delete(link.name):
+                report.deleted_interfaces.append(link.name)
+                event(
+                    log,
+                    logging.WARNING,
+                    "deleted leaked interface",
+                    interface=link.name,
+                    alias=link.alias or "",
+                )
+        except DriverError as exc:
+            report.problems.append(str(exc))
+
+
+def _remove_orphan_specs(cdi_dir: Path, driver: str, prepared: set[str], report: Report) -> None:
+    """Remove our spec files without a prepared record, and anything of our name that is
+    not a regular file (a symlink is removed itself, never followed)."""
+    remove_stale_temp_files(cdi_dir)
+    try:
+        entries = sorted(os.scandir(cdi_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        report.problems.append(f"CDI directory {cdi_dir}: {exc.strerror}")
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        uid = cdi.claim_uid_of(path, driver)
+        if uid is None:
+            continue
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+            regular = stat.S_ISREG(mode)
+            if regular and uid in prepared:
+                continue
+            if stat.S_ISDIR(mode):
+                report.problems.append(f"{path} is a directory, not a CDI spec: remove it")
+                event(log, logging.ERROR, "not a CDI spec file: left alone", file=str(path))
+                continue
+            if remove_durably(path):
+                report.removed_specs.append(path.name)
+                why = "CDI spec without record" if regular else "not a regular file"
+                event(log, logging.WARNING, f"removed {why}", claim=uid, file=str(path))
+        except OSError as exc:
+            report.problems.append(f"{path}: {exc.strerror}")
+            event(log, logging.ERROR, "cannot remove a CDI spec", file=str(path), error=exc)
+
+
+def delete_claim_interfaces(claim_uid: str, owner: str) -> list[str]:
+    """Delete every interface this instance tagged for `claim_uid` (its record is lost)."""
     deleted = []
     for link in netlink.links():
         tag = naming.parse_ifalias(link.alias)
-        if tag and tag[0] == claim_uid and netlink.delete(link.name):
+        mine = tag and tag.claim_uid == claim_uid and owns(tag, owner, {claim_uid})
+        if mine and netlink.delete(link.name):
             deleted.append(link.name)
     return deleted

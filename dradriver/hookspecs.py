@@ -85,6 +85,8 @@ class HandlerContext:
     `sriov_pfs`: physical functions whose VFs are offered as sriov-vf (patterns).
     `dev_root`: where device nodes live (/dev), for RDMA character devices.
     `virtual_slots`: how many virtual interfaces the node offers at once.
+    `owner`: this driver instance (naming.owner_id), put in the tag of every interface
+    it creates; instances never touch interfaces another owner tagged.
     """
 
     driver_name: str
@@ -95,6 +97,7 @@ class HandlerContext:
     sriov_pfs: tuple[str, ...] = ()
     dev_root: Path = Path("/dev")
     virtual_slots: int = 128
+    owner: str = "000000000000"
 
 
 UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device
@@ -135,9 +138,9 @@ def _no_journal(undo: Mapping[str, Any]) -> None:
 class DeviceRequest:
     """One allocated device of a claim, with the merged config for its request.
 
-    A handler about to change an object that existed before (a host NIC, a VF's
-    settings) first calls `journal(undo)` with the data that restores it; the core
-    persists it, so a crash in between is undone at the next start.
+    Before a handler creates or changes anything (a link, a host NIC, a VF's settings)
+    it calls `journal(undo)` with what `unprepare` needs to undo it; the core keeps it
+    (a record in phase "preparing"), so a crash in between is undone at the next start.
     """
 
     claim: ClaimRef

@@ -5,13 +5,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from typing import NamedTuple
 
 IFNAMSIZ = 15  # bytes of an interface name, without the terminating NUL
 HOST_IFNAME_PREFIX = "dr"
 _HASH_CHARS = IFNAMSIZ - len(HOST_IFNAME_PREFIX) - 1
 HOST_IFNAME_RE = re.compile(rf"^{HOST_IFNAME_PREFIX}[a-z][a-z2-7]{{{_HASH_CHARS}}}$")
 ALIAS_PREFIX = "dra-driver"
-_ALIAS_RE = re.compile(rf"^{ALIAS_PREFIX} claim=(?P<uid>[0-9a-f-]{{36}}) (?P<key>\S+)$")
+_ALIAS_RE = re.compile(
+    rf"{ALIAS_PREFIX}(?: owner=(?P<owner>[0-9a-f]{{12}}))? claim=(?P<uid>[0-9a-f-]{{36}}) "
+    r"(?P<key>\S+)"
+)
 
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -58,15 +62,35 @@ def is_host_ifname(name: str) -> bool:
     return bool(HOST_IFNAME_RE.match(name))
 
 
-def ifalias(claim_uid: str, key: str) -> str:
+def owner_id(driver: str, state_dir: str) -> str:
+    """Which driver instance owns an interface: its driver name and state directory.
+
+    Instances of one driver that share a state directory (a rolling update) are one
+    owner, as they share the records; any other instance (another driver name, a canary,
+    a test instance with its own --state-dir) is another owner, whose interfaces are
+    never touched.
+    """
+    return hashlib.sha256(f"{driver}\0{state_dir}".encode()).hexdigest()[:12]
+
+
+class Tag(NamedTuple):
+    """What an ifalias tag says: the claim, the device, and the owner (None: written by a
+    driver version before owners were tagged)."""
+
+    claim_uid: str
+    key: str
+    owner: str | None
+
+
+def ifalias(owner: str, claim_uid: str, key: str) -> str:
     """The ifalias tag put on every interface the driver creates, naming its owner."""
-    return f"{ALIAS_PREFIX} claim={claim_uid} {key}"
+    return f"{ALIAS_PREFIX} owner={owner} claim={claim_uid} {key}"
 
 
-def parse_ifalias(alias: str | None) -> tuple[str, str] | None:
-    """(claim UID, device key) from a tag written by `ifalias`, or None if not ours."""
-    match = _ALIAS_RE.match(alias or "")
-    return (match["uid"], match["key"]) if match else None
+def parse_ifalias(alias: str | None) -> Tag | None:
+    """The tag written by `ifalias` (or by a driver before owners), or None if not ours."""
+    match = _ALIAS_RE.fullmatch(alias or "")
+    return Tag(match["uid"], match["key"], match["owner"]) if match else None
 
 
 def cdi_kind(driver: str, device_type: str) -> str:

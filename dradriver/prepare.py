@@ -1,40 +1,35 @@
-"""Prepare and unprepare of claims: the heart of the driver.
+"""Prepare and unprepare of claims, as the kubelet asks for them: the heart of the driver.
 
-Order of a prepare, which makes it crash-safe: validate every device (no kernel work),
-create the kernel objects (tagged with the claim UID), write the CDI specs, then write
-the allocation record: the commit point. A failure before the record undoes what the
-claim already created; a crash before it leaves tagged objects that start-up
-reconciliation deletes. Unprepare works from the record alone.
+Per claim: answer from its record when it is prepared and still true (idempotency, a
+repeated call after a restart); otherwise GET the claim, plan and validate every device
+before any kernel work, and commit (lifecycle.py: journal, kernel objects, CDI specs,
+then the record). Unprepare works from the record alone. One claim's failure is its own
+error string, never the call's.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from dradriver import cdi, claims, gc, naming, netlink
 from dradriver.config import ConfigSchema
-from dradriver.errors import ClaimError, ConfigError, DeviceError, DriverError
-from dradriver.hookspecs import (
-    ClaimRef,
-    Handler,
-    HandlerContext,
-    Prepared,
-)
+from dradriver.errors import ClaimError, DriverError, storage_error
+from dradriver.hookspecs import ClaimRef, HandlerContext
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import ApiError
+from dradriver.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.log import event
 from dradriver.metrics import Metrics
-from dradriver.plan import Plan, Planner, reserve_names
+from dradriver.plan import Planner, reserve_names
 from dradriver.records import (
     PREPARED,
-    PREPARING,
     ClaimRecord,
     CorruptRecord,
     DeviceAnswer,
@@ -84,17 +79,20 @@ class Preparer:
         api: ClaimSource,
         status: StatusSink | None = None,
         metrics: Metrics | None = None,
+        boot_id: str | None = None,
     ) -> None:
-        """Wire the collaborators; nothing is read or written yet."""
+        """Wire the collaborators; nothing is read or written yet (`boot_id`: this boot's,
+        read from the kernel when not given)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
         self.registry = registry
-        self.schema = schema
-        self.inventory = inventory
         self.api = api
         self.status = status
         self.metrics = metrics
+        self.lifecycle = ClaimLifecycle(
+            context, cdi_dir, records, registry, inventory, boot_id or current_boot_id()
+        )
         self._pool: ThreadPoolExecutor | None = None
         self._planner = Planner(context, inventory, schema, registry)
 
@@ -112,50 +110,64 @@ class Preparer:
         self._check_uid(ref)
         record = self._load(ref)
         if record is not None and record.phase == PREPARED:
-            event(log, logging.INFO, "already prepared", claim=ref.uid)
-            reserve_names(
-                ref,
-                record.pod_uids,
-                [(d.request, d.container_interfaces) for d in record.devices],
-                taken,
+            stale = self.lifecycle.is_intact(record)
+            if stale is None:
+                event(log, logging.INFO, "already prepared", claim=ref.uid)
+                self._reserve(ref, record.pod_uids, record_names(record), taken)
+                return record.answer()
+            # The answer in the record is no longer true: finish that prepare's undoing
+            # and prepare again, from the API.
+            event(
+                log,
+                logging.WARNING,
+                "prepared claim is stale: preparing it again",
+                claim=ref.uid,
+                reason=stale,
             )
-            return record.answer()
-        if record is not None:
-            self.roll_back(record)
+            self.lifecycle.release(record)
+            self._count(-1)
+        elif record is not None:
+            self.lifecycle.roll_back(record)
         resolved = claims.resolve(self._get_claim(ref), ref, self.context.driver_name)
         plans = [self._planner.plan(ref, device) for device in resolved.devices]
         if not plans:
             return []  # no device of ours in this claim: nothing to do, nothing to record
-        reserve_names(
-            ref,
-            resolved.pod_uids,
-            [(p.req.request, p.validated.container_interfaces) for p in plans],
-            taken,
-        )
-        record = ClaimRecord(ref, PREPARING, pod_uids=list(resolved.pod_uids))
-        done: list[tuple[Plan, Prepared]] = []
-        try:
-            for plan in plans:
-                req = replace(plan.req, journal=self._journaller(record, plan))
-                try:
-                    prepared = plan.handler.prepare(req)
-                except DriverError as exc:
-                    raise DriverError(f"request {req.request}: {exc}") from exc
-                done.append((plan, prepared))
-                record.devices.append(plan.record(prepared.undo, prepared))
-            record.cdi_specs = self._write_specs(ref, done)
-            record.phase = PREPARED
-            self.records.save(record)  # the commit point
-        except BaseException:
-            self._undo(ref, [(p.handler, pr.undo) for p, pr in done])
-            raise
+        uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
+        self._reserve(ref, resolved.pod_uids, uses, taken)
+        record = self.lifecycle.commit(ref, plans, resolved.pod_uids)
         # Committed: nothing below may turn this prepare into a failure.
-        event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(done))
+        event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
             self.status.submit(record)
-        if self.metrics:
-            self.metrics.prepared_claims.inc()
+        self._count(+1)
         return record.answer()
+
+    def _reserve(
+        self,
+        ref: ClaimRef,
+        pod_uids: Sequence[str],
+        uses: Sequence[tuple[str, Sequence[str]]],
+        taken: dict[tuple[str, str], str],
+    ) -> None:
+        """Refuse a container interface name another claim of the same pod uses, whether
+        in this call or prepared in an earlier one (a kubelet retry)."""
+        for pod in pod_uids:
+            for other in self.records.claims_of_pod(pod):
+                if other == ref.uid or any(taken.get(k) == other for k in taken if k[0] == pod):
+                    continue
+                try:
+                    prepared = self.records.load(other)
+                except DriverError:
+                    continue  # reported where it is loaded for its own claim
+                if prepared is not None and prepared.phase == PREPARED:
+                    for _, names in record_names(prepared):
+                        for name in names:
+                            taken.setdefault((pod, name), other)
+        reserve_names(ref, pod_uids, uses, taken)
+
+    def _count(self, delta: int) -> None:
+        if self.metrics:
+            self.metrics.prepared_claims.inc(delta)
 
     def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
         try:
@@ -165,56 +177,9 @@ class Preparer:
                 raise ClaimError("not found in the API server (deleted?)") from None
             raise ClaimError(f"cannot read the ResourceClaim: {exc}") from None
 
-    def _journaller(self, record: ClaimRecord, plan: Plan) -> Callable[[Mapping[str, Any]], None]:
-        """A journal callback persisting a device's undo data before it changes the host."""
-
-        def journal(undo: Mapping[str, Any]) -> None:
-            devices = [*record.devices, plan.record(undo)]
-            self.records.save(replace(record, phase=PREPARING, devices=devices))
-
-        return journal
-
-    def _write_specs(self, ref: ClaimRef, done: list[tuple[Plan, Prepared]]) -> list[str]:
-        """One CDI spec per device type of the claim, each device under its plan's CDI ID."""
-        driver = self.context.driver_name
-        by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-        for plan, prepared in done:
-            name = cdi.device_name(plan.cdi_device_id)
-            by_type.setdefault(plan.type, []).append((name, prepared.edits))
-        files = []
-        for type_, devices in sorted(by_type.items()):
-            path = cdi.spec_path(self.cdi_dir, driver, type_, ref.uid)
-            cdi.write_spec(path, cdi.build_spec(driver, type_, devices))
-            files.append(path.name)
-        return files
-
-    def _undo(self, ref: ClaimRef, steps: Sequence[tuple[Handler, Mapping[str, Any]]]) -> None:
-        """Undo a failed or interrupted prepare: handlers newest first, specs, record."""
-        for handler, undo in reversed(steps):
-            try:
-                handler.unprepare(undo)
-            except Exception as exc:  # keep going: start-up reconciliation retries leaks
-                event(log, logging.ERROR, "rollback of a device failed", claim=ref.uid, error=exc)
-        cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, ref.uid)
-        self.records.delete(ref.uid)
-
     def roll_back(self, record: ClaimRecord) -> None:
-        """Undo a prepare that was interrupted (its record never reached 'prepared')."""
-        event(log, logging.WARNING, "rolling back interrupted prepare", claim=record.claim.uid)
-        steps = []
-        for device in record.devices:
-            try:
-                steps.append((self.registry.get(device.type, device.kind), device.undo))
-            except ConfigError as exc:
-                event(
-                    log,
-                    logging.ERROR,
-                    "cannot roll back device: no handler",
-                    claim=record.claim.uid,
-                    device=device.device,
-                    error=exc,
-                )
-        self._undo(record.claim, steps)
+        """Undo a prepare that was interrupted (start-up reconciliation calls it)."""
+        self.lifecycle.roll_back(record)
 
     # -- unprepare ---------------------------------------------------------------------
 
@@ -245,7 +210,7 @@ class Preparer:
         try:
             record = self.records.load(ref.uid)
         except CorruptRecord as exc:
-            deleted = gc.delete_claim_interfaces(ref.uid)
+            deleted = gc.delete_claim_interfaces(ref.uid, self.context.owner)
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             event(
                 log,
@@ -259,21 +224,10 @@ class Preparer:
         if record is None:
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             return []
-        failures = []
-        for device in reversed(record.devices):
-            try:
-                self.registry.get(device.type, device.kind).unprepare(device.undo)
-            except DriverError as exc:
-                failures.append(f"request {device.request} device {device.device}: {exc}")
-        if failures:
-            raise DeviceError("; ".join(failures) + " (will retry)")
-        # The record's removal is the durable step; a spec whose removal a crash loses
-        # has no record left, and start-up reconciliation deletes it.
-        cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid, durable=False)
-        self.records.delete(ref.uid)
+        self.lifecycle.release(record)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
-        if self.metrics and record.phase == PREPARED:
-            self.metrics.prepared_claims.dec()
+        if record.phase == PREPARED:
+            self._count(-1)
         return []
 
     # -- shared ------------------------------------------------------------------------
@@ -288,6 +242,12 @@ class Preparer:
         except DriverError as exc:
             event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc)
             outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
+        except OSError as exc:  # a file of ours: say which, and what the operator can do
+            error = storage_error(exc)
+            event(
+                log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=error
+            )
+            outcome = Outcome([], f"claim {ref} ({ref.uid}): {error}")
         except Exception as exc:  # a bug: log the trace, answer without it
             log.exception(f"{operation} failed unexpectedly", extra={"claim": ref.uid})
             outcome = Outcome(
@@ -311,3 +271,8 @@ class Preparer:
             return self.records.load(ref.uid)
         except CorruptRecord:
             return None
+
+
+def record_names(record: ClaimRecord) -> list[tuple[str, list[str]]]:
+    """(request, container interface names) of each device of a record."""
+    return [(d.request, d.container_interfaces) for d in record.devices]

@@ -23,6 +23,7 @@ update in either direction (design.md, "Record versions"):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -46,9 +47,22 @@ READABLE_FROM = 1  # the oldest format whose readers can use what this code writ
 PREPARING = "preparing"
 PREPARED = "prepared"
 _SUFFIX = ".alloc.json"
+_BY_POD = "by-pod"
 _MAX_BYTES = 4 << 20  # far above any real record; a bigger file is not one of ours
 
-_CLAIM_KEYS = {"version", "writer", "claim", "phase", "podUIDs", "cdiSpecs", "answer", "devices"}
+_CLAIM_KEYS = {
+    "version",
+    "writer",
+    "claim",
+    "phase",
+    "podUIDs",
+    "cdiSpecs",
+    "answer",
+    "devices",
+    "bootId",
+    "configs",
+    "specs",
+}
 _DEVICE_KEYS = {
     "key",
     "request",
@@ -172,13 +186,22 @@ def _network_data(nd: NetworkData | None) -> dict[str, Any] | None:
 
 @dataclass
 class ClaimRecord:
-    """Everything the driver knows about one prepared (or preparing) claim."""
+    """Everything the driver knows about one prepared (or preparing) claim.
+
+    `boot_id` is the kernel boot the kernel objects were made in; `configs` (by device
+    key) and `specs` (by file name) are what it takes to prepare the claim again, or to
+    write its CDI specs again, from the record alone (after a reboot, or when the CDI
+    directory was emptied). All three are top-level, so format 1 readers ignore them.
+    """
 
     claim: ClaimRef
     phase: str
     devices: list[DeviceRecord] = field(default_factory=list)
     pod_uids: list[str] = field(default_factory=list)
     cdi_specs: list[str] = field(default_factory=list)
+    boot_id: str | None = None
+    configs: dict[str, Any] = field(default_factory=dict)
+    specs: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
 
     def answer(self) -> list[DeviceAnswer]:
@@ -201,6 +224,9 @@ class ClaimRecord:
             "cdiSpecs": self.cdi_specs,
             "answer": [a.to_json() for a in self.answer()],
             "devices": [d.to_json() for d in self.devices],
+            "bootId": self.boot_id,
+            "configs": self.configs,
+            "specs": self.specs,
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
@@ -228,6 +254,9 @@ class ClaimRecord:
                 devices=[DeviceRecord.from_json(d) for d in doc["devices"]],
                 pod_uids=list(doc.get("podUIDs", [])),
                 cdi_specs=list(doc.get("cdiSpecs", [])),
+                boot_id=doc.get("bootId"),
+                configs=dict(doc.get("configs") or {}),
+                specs=dict(doc.get("specs") or {}),
                 extra={k: v for k, v in doc.items() if k not in _CLAIM_KEYS},
             )
         except (KeyError, TypeError) as exc:
@@ -237,7 +266,8 @@ class ClaimRecord:
 def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:
     """Bring a record of an older writer up to FORMAT, in memory.
 
-    Format 1 had no `writer`; nothing else differs (format 2 only adds the rules above).
+    Format 1 had no `writer`, `bootId`, `configs` or `specs` (their defaults: unknown
+    boot, and a claim that can only be prepared again from the API).
     """
     doc.setdefault("writer", 1)
     return doc
@@ -247,21 +277,64 @@ class RecordStore:
     """The directory of allocation records."""
 
     def __init__(self, directory: Path) -> None:
-        """Use (and create) `directory`; it must not be the CDI directory itself."""
+        """Use `directory` (created on the first write); not the CDI directory itself."""
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def path(self, claim_uid: str) -> Path:
         """The record file of one claim."""
         return self.directory / naming.record_filename(claim_uid)
 
-    def save(self, record: ClaimRecord) -> None:
-        """Write a record atomically."""
-        write_atomic(self.path(record.claim.uid), record.to_json(), mode=0o600)
+    def save(self, record: ClaimRecord, durable: bool = True) -> None:
+        """Write a record atomically (`durable=False`: a journal, see write_atomic)."""
+        write_atomic(self.path(record.claim.uid), record.to_json(), mode=0o600, durable=durable)
 
     def delete(self, claim_uid: str) -> None:
         """Remove a record durably (no error if it is already gone)."""
         remove_durably(self.path(claim_uid))
+
+    # -- which claims a pod has (container interface names must not repeat in a pod) --
+
+    def index(self, record: ClaimRecord) -> None:
+        """Note the claim under each of its pods (`by-pod/<pod>/<claim>`; not durable:
+        start-up rebuilds the index from the records)."""
+        for pod in record.pod_uids:
+            if naming.is_claim_uid(pod):
+                folder = self.directory / _BY_POD / pod
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / record.claim.uid).touch()
+
+    def unindex(self, record: ClaimRecord) -> None:
+        """Forget the claim under its pods; best effort (a marker left behind names a claim
+        without a record, which readers skip, and start-up removes it)."""
+        for pod in record.pod_uids:
+            if naming.is_claim_uid(pod):
+                folder = self.directory / _BY_POD / pod
+                with contextlib.suppress(OSError):
+                    (folder / record.claim.uid).unlink(missing_ok=True)
+                    folder.rmdir()  # fails while other claims of the pod remain: fine
+
+    def claims_of_pod(self, pod_uid: str) -> list[str]:
+        """UIDs of the claims indexed under a pod."""
+        if not naming.is_claim_uid(pod_uid):
+            return []
+        try:
+            return sorted(p.name for p in (self.directory / _BY_POD / pod_uid).iterdir())
+        except FileNotFoundError:
+            return []
+
+    def reindex(self, records: list[ClaimRecord]) -> None:
+        """Make the pod index match `records` exactly (start-up)."""
+        wanted = {(p, r.claim.uid) for r in records for p in r.pod_uids if naming.is_claim_uid(p)}
+        root = self.directory / _BY_POD
+        with contextlib.suppress(FileNotFoundError):
+            for pod in root.iterdir():
+                for claim in pod.iterdir():
+                    if (pod.name, claim.name) not in wanted:
+                        claim.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    pod.rmdir()
+        for record in records:
+            self.index(record)
 
     def load(self, claim_uid: str) -> ClaimRecord | None:
         """The record of a claim, None if there is none.
@@ -302,7 +375,11 @@ class RecordStore:
         return records, problems
 
     def _files(self) -> Iterator[Path]:
-        with os.scandir(self.directory) as entries:
+        try:
+            entries = os.scandir(self.directory)
+        except FileNotFoundError:
+            return
+        with entries:
             for entry in entries:
                 if entry.name.endswith(_SUFFIX) and not entry.name.startswith("."):
                     yield self.directory / entry.name

@@ -109,8 +109,8 @@ def host_name(req: DeviceRequest, role: str = "c") -> str:
 
 
 def tag(req: DeviceRequest) -> str:
-    """The ifalias tag naming this device's owner."""
-    return naming.ifalias(req.claim.uid, req.key)
+    """The ifalias tag naming this device's claim and the driver instance that owns it."""
+    return naming.ifalias(req.context.owner, req.claim.uid, req.key)
 
 
 def clear_leftover(name: str, alias: str) -> None:

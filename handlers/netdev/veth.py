@@ -35,6 +35,8 @@ class VethHandler(VirtualLinkHandler):
         cfg = netconfig.NetConfig.parse(req.config)
         inner, outer = netconfig.host_name(req, "c"), netconfig.host_name(req, "h")
         alias = netconfig.tag(req)
+        created = netconfig.CreatedLinks((outer,), alias)  # deleting one end deletes both
+        req.journal(created.to_json())  # the names are known before the pair exists
         with netlink.rollback() as undo:
             link = netconfig.create(req, inner, "veth", peer=outer)
             undo.append(lambda: netlink.delete(outer))
@@ -48,8 +50,7 @@ class VethHandler(VirtualLinkHandler):
                 )
         return Prepared(
             edits=netconfig.net_devices_edit(inner, cfg.interface_name),
-            # deleting one end deletes both
-            undo=netconfig.CreatedLinks((outer,), alias).to_json(),
+            undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(inner, outer),
             host_interfaces=(outer,),

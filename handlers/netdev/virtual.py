@@ -89,13 +89,15 @@ class VirtualLinkHandler:
         """Create, tag and configure the link; delete it again if any step fails."""
         cfg = netconfig.NetConfig.parse(req.config)
         name, alias = netconfig.host_name(req), netconfig.tag(req)
+        created = netconfig.CreatedLinks((name,), alias)
+        req.journal(created.to_json())  # the name is known before the link exists
         with netlink.rollback() as undo:
             link = netconfig.create(req, name, req.kind, **self.link_attrs(req))
             undo.append(lambda: netlink.delete(name))
             mac = netconfig.configure(link, cfg, alias)
         return Prepared(
             edits=netconfig.net_devices_edit(name, cfg.interface_name),
-            undo=netconfig.CreatedLinks((name,), alias).to_json(),
+            undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(name,),
         )

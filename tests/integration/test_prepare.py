@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 
+from dradriver import naming
 from tests.integration.helpers import answer, nothing_left, specs, veth_claim
 from tests.support import netns
 from tests.support.fakeapi import allocated_claim, opaque
@@ -40,7 +41,8 @@ def test_prepare_then_unprepare_a_veth_claim(api, start_driver, ns, version):
     assert record["claim"]["uid"] == uid and record["phase"] == "prepared"
     links = {ln["name"]: ln["alias"] for ln in links_in(ns)}
     assert nd["hostInterfaceName"] in links and len(links) == 2  # both ends of the pair
-    assert all(a.startswith(f"dra-driver claim={uid} ") for a in links.values())
+    tags = [naming.parse_ifalias(a) for a in links.values()]
+    assert all(t is not None and (t.claim_uid, t.owner) == (uid, d.owner) for t in tags)
 
     gone = answer(d.unprepare([claim], version), claim)
     assert gone.error == ""

@@ -42,22 +42,29 @@ def test_corrupt_record_is_quarantined_and_the_rest_served(api, start_driver, ns
 
 
 def test_leaked_interfaces_and_specs_are_collected_at_start(api, start_driver, ns, droot):
+    """What this instance tagged and no record lists goes; what it cannot prove is its own
+    (another instance's tag, an untagged link of the driver's name shape) stays."""
     leaked_uid = str(uuid.uuid4())
-    tagged = naming.host_ifname(leaked_uid, "nic/netdev-virtual")
-    untagged = naming.host_ifname(leaked_uid, "nic/netdev-virtual", "h")
+    key = "nic/netdev-virtual"
+    d = start_driver(wait=False)
+    d.stop()
+    tagged = naming.host_ifname(leaked_uid, key)
+    others = naming.host_ifname(leaked_uid, key, "o")
+    untagged = naming.host_ifname(leaked_uid, key, "h")
     netns.ip(ns, "link", "add", tagged, "type", "veth", "peer", "name", "keepme0")
-    netns.ip(ns, "link", "set", tagged, "alias", naming.ifalias(leaked_uid, "nic/netdev-virtual"))
-    netns.ip(ns, "link", "add", untagged, "type", "veth", "peer", "name", "keepme1")
-    netns.ip(ns, "link", "set", "keepme1", "alias", "operator's own link")
+    netns.ip(ns, "link", "set", tagged, "alias", naming.ifalias(d.owner, leaked_uid, key))
+    netns.ip(ns, "link", "add", others, "type", "veth", "peer", "name", "keepme1")
+    other_owner = naming.owner_id("dra.example.com", "/var/lib/another-instance")
+    netns.ip(ns, "link", "set", others, "alias", naming.ifalias(other_owner, leaked_uid, key))
+    netns.ip(ns, "link", "add", untagged, "type", "veth", "peer", "name", "keepme2")
     spec_dir = droot / "cdi"
-    spec_dir.mkdir()
+    spec_dir.mkdir(exist_ok=True)
     (spec_dir / f"dra.example.com-netdev_{leaked_uid}.json").write_text("{}")
     (spec_dir / "other-vendor_x.json").write_text("{}")
     d = start_driver()
     left = {ln["name"] for ln in links_in(ns)}
-    # Deleting a veth end deletes its peer too: keepme0 went with the tagged leak,
-    # keepme1 with the untagged one; what matters is that our shapes are gone.
-    assert tagged not in left and untagged not in left
+    # Deleting a veth end deletes its peer too: keepme0 went with our tagged leak.
+    assert left == {others, "keepme1", untagged, "keepme2"}
     assert sorted(p.name for p in spec_dir.glob("*.json")) == ["other-vendor_x.json"]
     assert "deleted leaked interface" in d.log()
 
@@ -89,7 +96,8 @@ def test_interrupted_prepare_journal_is_rolled_back_at_start(api, start_driver, 
     key = "nic/nic-x"
     name = naming.host_ifname(uid, key)
     netns.ip(ns, "link", "add", name, "type", "veth", "peer", "name", "peer0")
-    netns.ip(ns, "link", "set", name, "alias", naming.ifalias(uid, key))
+    legacy = f"dra-driver claim={uid} {key}"  # as a driver before owner tags wrote it
+    netns.ip(ns, "link", "set", name, "alias", legacy)
     state = droot / "cdi" / "dra.example.com-state"
     state.mkdir(parents=True)
     (state / f"{uid}.alloc.json").write_text(
@@ -110,7 +118,7 @@ def test_interrupted_prepare_journal_is_rolled_back_at_start(api, start_driver, 
                         "share_id": None,
                         "type": "netdev",
                         "kind": "veth",
-                        "undo": {"interfaces": [name], "alias": naming.ifalias(uid, key)},
+                        "undo": {"interfaces": [name], "alias": legacy},
                     }
                 ],
             }
@@ -135,7 +143,9 @@ def test_kill_during_prepare_leaks_nothing_after_restart(api, start_driver, ns):
     t.join(10)
     d = start_driver()
     prepared = {p.name.split(".")[0] for p in d.state.glob("*.alloc.json")}
-    owners = {(ln["alias"] or "").split()[1].split("=")[1] for ln in links_in(ns)}
+    tags = [naming.parse_ifalias(ln["alias"]) for ln in links_in(ns)]
+    assert None not in tags, "an untagged interface survived the restart"
+    owners = {t.claim_uid for t in tags if t is not None}
     assert owners <= prepared, "interfaces without a record survived the restart"
     assert {p.name.split("_")[1][:-5] for p in d.cdi.glob("*.json")} <= prepared
     d.unprepare(claims)

@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from dradriver import naming
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -87,6 +88,11 @@ class DriverProcess:
                 pod_uid=self.pod_uid,
             )
         )
+
+    @property
+    def owner(self) -> str:
+        """The owner ID this instance tags its interfaces with."""
+        return naming.owner_id(DRIVER, os.path.realpath(self.state))
 
     @property
     def reg_socket(self) -> Path:

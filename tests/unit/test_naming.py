@@ -33,11 +33,23 @@ def test_no_collisions_over_many_claims():
 
 
 def test_ifalias_roundtrip_and_foreign_aliases():
-    alias = naming.ifalias(UID, "nic/netdev-virtual/x")
-    assert naming.parse_ifalias(alias) == (UID, "nic/netdev-virtual/x")
+    owner = naming.owner_id("dra.example.com", "/etc/cdi/dra.example.com-state")
+    alias = naming.ifalias(owner, UID, "nic/netdev-virtual/x")
+    assert naming.parse_ifalias(alias) == (UID, "nic/netdev-virtual/x", owner)
     assert naming.parse_ifalias("uplink to switch 3") is None
     assert naming.parse_ifalias(None) is None
+    assert naming.parse_ifalias(alias + "\n") is None
     assert len(alias.encode()) < 256  # IFALIASZ
+    # A tag written before owners were tagged still reads, with no owner.
+    legacy = f"dra-driver claim={UID} nic/netdev-virtual/x"
+    assert naming.parse_ifalias(legacy) == (UID, "nic/netdev-virtual/x", None)
+
+
+def test_owner_is_the_driver_name_and_the_state_directory():
+    a = naming.owner_id("dra.example.com", "/etc/cdi/dra.example.com-state")
+    assert a == naming.owner_id("dra.example.com", "/etc/cdi/dra.example.com-state")
+    assert a != naming.owner_id("dra.example.org", "/etc/cdi/dra.example.com-state")
+    assert a != naming.owner_id("dra.example.com", "/tmp/canary-state")
 
 
 def test_cdi_device_name_is_valid_and_unique_per_share():

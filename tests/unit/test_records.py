@@ -158,6 +158,7 @@ def test_a_record_only_a_newer_driver_can_use_is_left_untouched_and_reported(tmp
 
 def test_entries_that_are_not_files_are_quarantined_not_followed(tmp_path):
     store = RecordStore(tmp_path / "state")
+    store.directory.mkdir()
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_bytes(_record(UID).to_json())
     store.path(UID).symlink_to(elsewhere)

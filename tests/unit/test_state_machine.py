@@ -10,6 +10,7 @@ either answers exactly what an undisturbed one answers.
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -88,11 +89,17 @@ class Node:
         preparer = self.preparer()
         loaded, corrupt = preparer.records.load_all()
         assert corrupt == []
-        gc.reconcile(loaded, self.cdi_dir, DRIVER, preparer.roll_back)
+        gc.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
         return preparer
 
     def files(self) -> list[str]:
-        return sorted(p.name for d in (self.cdi_dir, self.state_dir) for p in d.glob("*"))
+        """Every file the driver keeps (paths relative to its directory)."""
+        return sorted(
+            str(p.relative_to(d))
+            for d in (self.cdi_dir, self.state_dir)
+            for p in d.rglob("*")
+            if not p.is_dir()
+        )
 
     def links(self) -> dict[str, tuple[Any, ...]]:
         """Every link with what a claim could have changed on it."""
@@ -140,7 +147,7 @@ def _claim(uid: str, device: str, params: dict[str, Any], share: bool) -> dict[s
     result = {"request": "nic", "pool": "node-a", "device": device}
     if share:
         result["shareID"] = str(uuid.UUID(int=uuid.UUID(uid).int ^ 1))
-    return allocated_claim("c", [result], uid=uid, config=[opaque(params)], pods=["pod-1"])
+    return allocated_claim("c", [result], uid=uid, config=[opaque(params)], pods=[POD])
 
 
 KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
@@ -164,6 +171,7 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
     ),
 }  # fmt: skip
 UID = "5a0c6f5e-0000-4000-8000-000000000001"
+POD = "5a0c6f5e-0000-4000-8000-0000000000aa"
 
 
 def _ref() -> ClaimRef:
@@ -209,7 +217,8 @@ def test_prepare_is_idempotent_and_unprepare_leaves_nothing(node, kind):
     preparer = node.preparer()
     first = _prepare(preparer)
     assert first.error is None and len(first.devices) == 1
-    assert node.files() == sorted([f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json"])
+    index = f"by-pod/{POD}/{UID}"
+    assert node.files() == sorted([f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json", index])
     steps = node.steps.count
     assert _prepare(node.start()) == first  # after a restart too, from the record alone
     assert node.steps.count == steps, "an idempotent prepare touched the kernel or the disk"
@@ -292,3 +301,91 @@ def test_a_claim_replaced_under_the_same_name_is_refused(node):
     outcome = node.preparer().prepare([other])[other.uid]
     assert outcome.error is not None and "replaced" in outcome.error
     assert node.files() == []
+
+
+# -- records that are no longer true ------------------------------------------------------
+
+
+def _reboot(node: Node) -> None:
+    """What a reboot does: every link the driver made is gone, host NICs are back as they
+    were at boot, files stay; the kernel has a new boot ID."""
+    node.kernel.table = {n: ln for n, ln in node.kernel.table.items() if n in ("ens1", "ens2")}
+    nic = node.kernel.table["ens1"]
+    nic.mtu, nic.address, nic.up, nic.alias = 1500, NIC_MAC, True, None
+    nic.addresses = {("192.0.2.5", 24)}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_reboot_is_repaired_at_start_from_the_record_alone(node, kind, reference):
+    expected, _, prepared_links = reference(kind)
+    preparer = node.preparer()
+    preparer.lifecycle.boot_id = "boot-1"
+    assert _prepare(preparer) == expected
+    _reboot(node)
+    node.api.fake.claims.clear()  # the API server is not up yet: the record must do
+    restarted = node.preparer()
+    restarted.lifecycle.boot_id = "boot-2"
+    loaded, _ = restarted.records.load_all()
+    report = gc.reconcile(loaded, node.cdi_dir, DRIVER, restarted.lifecycle)
+    assert report.reprepared_claims == [UID] and report.problems == []
+    # The same names, configured the same way (a new veth or macvlan gets a new MAC from
+    # the kernel unless the config sets one, as after any reboot).
+    assert _without_macs(node.links()) == _without_macs(prepared_links)
+    record = restarted.records.load(UID)
+    assert record is not None and record.boot_id == "boot-2"
+    assert _prepare(restarted) == expected  # without the API: from the record
+    assert restarted.unprepare([_ref()])[UID].error is None
+    assert node.files() == []
+
+
+def test_a_prepared_claim_whose_interface_is_gone_is_prepared_again(node, reference):
+    """SIGKILL in the middle of an unprepare can delete the interface and keep the
+    record; a later prepare must not answer from that record as if all were well."""
+    expected, _, prepared_links = reference("veth")
+    preparer = node.preparer()
+    assert _prepare(preparer) == expected
+    for name in list(node.kernel.table):
+        if name not in ("ens1", "ens2") and name in node.kernel.table:
+            node.kernel.delete(name)  # (a veth's peer goes with it)
+    assert _prepare(preparer) == expected
+    assert _without_macs(node.links()) == _without_macs(prepared_links)
+    assert preparer.unprepare([_ref()])[UID].error is None
+
+
+def _without_macs(links: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+    return {n: (mtu, up, alias, addrs) for n, (mtu, _, up, alias, addrs) in links.items()}
+
+
+def test_a_missing_spec_file_is_written_again_from_the_record(node):
+    _add_claim(node, "veth")
+    preparer = node.preparer()
+    first = _prepare(preparer)
+    [spec] = node.cdi_dir.glob("*.json")
+    content = spec.read_bytes()
+    shutil.rmtree(node.cdi_dir)  # the whole directory, while the driver runs
+    assert _prepare(preparer) == first
+    assert spec.read_bytes() == content
+    spec.unlink()
+    node.start()  # and at start-up
+    assert spec.read_bytes() == content
+
+
+def test_one_pod_never_gets_one_interface_name_twice_across_calls(node):
+    """A kubelet retry prepares a pod's claims in two calls: the check that two claims of
+    a pod do not use one container name must see the claim prepared in the first."""
+    netdev = {"kind": "veth", "interfaceName": "net1"}
+    uids = ["5a0c6f5e-0000-4000-8000-00000000000a", "5a0c6f5e-0000-4000-8000-00000000000b"]
+    for i, uid in enumerate(uids):
+        claim = _claim(uid, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+        claim["metadata"]["name"] = f"c{i}"
+        node.api.fake.add_claim(claim)
+    preparer = node.preparer()
+    first, second = (ClaimRef("default", f"c{i}", uid) for i, uid in enumerate(uids))
+    assert preparer.prepare([first])[first.uid].error is None
+    refused = preparer.prepare([second])[second.uid].error
+    assert refused is not None and "net1" in refused and uids[0] in refused
+    assert "$.interfaceName" in refused
+    # Idempotent again for the first; the second is free once the first is unprepared.
+    assert preparer.prepare([first])[first.uid].error is None
+    assert preparer.unprepare([first])[first.uid].error is None
+    assert preparer.prepare([second])[second.uid].error is None

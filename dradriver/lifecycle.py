@@ -1,0 +1,261 @@
+"""A claim's life on this node: commit, undo, release, and repair from its record.
+
+Order of a commit, which makes it crash-safe: each handler journals what it is about to
+create or change (a record in phase "preparing", written before any kernel change, and
+not fsynced: it only has to survive a crash of this process; a crash of the machine
+takes the kernel objects with it), does its kernel work, then the CDI specs are written,
+then the record in phase "prepared": the commit point (fsynced). A failure before the
+commit undoes what the claim created; a crash before it leaves a journal that start-up
+reconciliation rolls back.
+
+A committed record is kept true: `is_intact` says when it no longer is (the machine
+rebooted, a spec file or a host interface it names is gone), `restore_specs` writes
+missing specs again from the record, `prepare_again` makes the kernel objects anew from
+the record (after a reboot), and `release` is unprepare.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dradriver import cdi, netlink
+from dradriver.errors import ConfigError, DeviceError, DriverError
+from dradriver.hookspecs import ClaimRef, DeviceRequest, Handler, HandlerContext, Prepared
+from dradriver.inventory import Inventory
+from dradriver.log import event
+from dradriver.plan import Plan
+from dradriver.records import PREPARED, PREPARING, ClaimRecord, RecordStore
+from dradriver.registry import HandlerRegistry
+
+log = logging.getLogger(__name__)
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_REPLACING = "replacing"  # in a journal of prepare_again: the record it replaces
+
+
+def current_boot_id() -> str | None:
+    """This kernel boot's ID (kernel objects do not survive a reboot; records do)."""
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return None
+
+
+class ClaimLifecycle:
+    """The effects of preparing and unpreparing one claim; no claim state in memory."""
+
+    def __init__(
+        self,
+        context: HandlerContext,
+        cdi_dir: Path,
+        records: RecordStore,
+        registry: HandlerRegistry,
+        inventory: Inventory,
+        boot_id: str | None,
+    ) -> None:
+        """Wire the collaborators."""
+        self.context = context
+        self.cdi_dir = cdi_dir
+        self.records = records
+        self.registry = registry
+        self.inventory = inventory
+        self.boot_id = boot_id
+
+    # -- commit -------------------------------------------------------------------------
+
+    def commit(
+        self,
+        ref: ClaimRef,
+        plans: Sequence[Plan],
+        pod_uids: Sequence[str],
+        replacing: ClaimRecord | None = None,
+    ) -> ClaimRecord:
+        """Prepare every planned device, write the specs, commit the record; all or nothing.
+
+        `replacing`: the committed record this one replaces (prepare_again); should this
+        commit be rolled back, that record is put back, so the repair is tried again.
+        """
+        record = ClaimRecord(ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id)
+        if replacing is not None:
+            record.extra[_REPLACING] = json.loads(replacing.to_json())
+        done: list[tuple[Plan, Prepared]] = []
+        try:
+            for plan in plans:
+                req = replace(plan.req, journal=self._journaller(record, plan))
+                try:
+                    prepared = plan.handler.prepare(req)
+                except DriverError as exc:
+                    raise DriverError(f"request {req.request}: {exc}") from exc
+                done.append((plan, prepared))
+                record.devices.append(plan.record(prepared.undo, prepared))
+                record.configs[plan.req.key] = dict(plan.req.config)
+            record.specs = self._specs(ref, done)
+            record.cdi_specs = sorted(record.specs)
+            for name, spec in sorted(record.specs.items()):
+                cdi.write_spec(self.cdi_dir / name, spec)
+            self.records.index(record)
+            record.extra.pop(_REPLACING, None)
+            record.phase = PREPARED
+            self.records.save(record)  # the commit point
+        except BaseException:
+            self.undo(ref, [(p.handler, pr.undo) for p, pr in done])
+            self.records.unindex(record)
+            if replacing is not None:
+                self.records.save(replacing)
+            raise
+        return record
+
+    def _journaller(self, record: ClaimRecord, plan: Plan) -> Callable[[Mapping[str, Any]], None]:
+        """A journal callback persisting a device's undo data before it changes the host."""
+
+        def journal(undo: Mapping[str, Any]) -> None:
+            devices = [*record.devices, plan.record(undo)]
+            self.records.save(replace(record, phase=PREPARING, devices=devices), durable=False)
+            # (a journal of prepare_again keeps the record it replaces under _REPLACING)
+
+        return journal
+
+    def _specs(self, ref: ClaimRef, done: list[tuple[Plan, Prepared]]) -> dict[str, Any]:
+        """One CDI spec per device type of the claim, each device under its plan's CDI ID."""
+        driver = self.context.driver_name
+        by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        for plan, prepared in done:
+            name = cdi.device_name(plan.cdi_device_id)
+            by_type.setdefault(plan.type, []).append((name, prepared.edits))
+        return {
+            cdi.spec_path(self.cdi_dir, driver, type_, ref.uid).name: cdi.build_spec(
+                driver, type_, devices
+            )
+            for type_, devices in sorted(by_type.items())
+        }
+
+    # -- undo ---------------------------------------------------------------------------
+
+    def undo(self, ref: ClaimRef, steps: Sequence[tuple[Handler, Mapping[str, Any]]]) -> None:
+        """Undo a failed or interrupted prepare: handlers newest first, specs, record."""
+        for handler, undo in reversed(steps):
+            try:
+                handler.unprepare(undo)
+            except Exception as exc:  # keep going: start-up reconciliation retries leaks
+                event(log, logging.ERROR, "rollback of a device failed", claim=ref.uid, error=exc)
+        cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, ref.uid)
+        self.records.delete(ref.uid)
+
+    def roll_back(self, record: ClaimRecord) -> None:
+        """Undo a prepare that was interrupted (its record never reached 'prepared')."""
+        event(log, logging.WARNING, "rolling back interrupted prepare", claim=record.claim.uid)
+        steps = []
+        for device in record.devices:
+            try:
+                steps.append((self.registry.get(device.type, device.kind), device.undo))
+            except ConfigError as exc:
+                event(
+                    log,
+                    logging.ERROR,
+                    "cannot roll back device: no handler",
+                    claim=record.claim.uid,
+                    device=device.device,
+                    error=exc,
+                )
+        self.undo(record.claim, steps)
+        self.records.unindex(record)
+        previous = record.extra.get(_REPLACING)
+        if previous is not None:  # an interrupted prepare_again: the claim stays prepared
+            self.records.save(ClaimRecord.from_json(json.dumps(previous).encode()))
+
+    def release(self, record: ClaimRecord) -> None:
+        """Unprepare: handlers newest first, then the specs, then the record.
+
+        A handler that cannot finish yet (a host NIC still in a pod's namespace) fails
+        it, keeping the record, and the kubelet retries.
+        """
+        failures = []
+        for device in reversed(record.devices):
+            try:
+                self.registry.get(device.type, device.kind).unprepare(device.undo)
+            except DriverError as exc:
+                failures.append(f"request {device.request} device {device.device}: {exc}")
+        if failures:
+            raise DeviceError("; ".join(failures) + " (will retry)")
+        # The record's removal is the durable step; a spec whose removal a crash loses
+        # has no record left, and start-up reconciliation deletes it.
+        cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, record.claim.uid, False)
+        self.records.delete(record.claim.uid)
+        self.records.unindex(record)
+
+    # -- keeping a committed record true ------------------------------------------------
+
+    def is_intact(self, record: ClaimRecord) -> str | None:
+        """Why a prepared record's answer is no longer true (None if it is).
+
+        Cheap: a stat per spec and a netlink lookup per interface the runtime will move.
+        Missing spec files are written again first (that alone does not make it stale).
+        """
+        if (
+            record.boot_id is not None
+            and self.boot_id is not None
+            and record.boot_id != self.boot_id
+        ):
+            return f"the node rebooted since it was prepared (boot {record.boot_id})"
+        missing = self.restore_specs(record)
+        if missing:
+            return f"CDI spec {', '.join(missing)} is gone and the record cannot restore it"
+        for name in cdi.net_device_hosts(record.specs.values()):
+            if netlink.find(name) is None:
+                return f"interface {name} is no longer on the host"
+        return None
+
+    def restore_specs(self, record: ClaimRecord) -> list[str]:
+        """Write again the spec files of a record that are missing; those it could not."""
+        lost = []
+        for name in record.cdi_specs:
+            path = self.cdi_dir / name
+            if path.is_file() and not path.is_symlink():
+                continue
+            spec = record.specs.get(name)
+            if spec is None:
+                lost.append(name)  # a record of a driver that did not keep its specs
+                continue
+            cdi.write_spec(path, spec)
+            event(
+                log,
+                logging.WARNING,
+                "CDI spec was gone: written again",
+                claim=record.claim.uid,
+                file=str(path),
+            )
+        return lost
+
+    def prepare_again(self, record: ClaimRecord) -> ClaimRecord:
+        """Make a prepared claim's kernel objects anew from its record (after a reboot)."""
+        plans = []
+        for device in record.devices:
+            config = record.configs.get(device.key)
+            if config is None:
+                raise DriverError(
+                    f"request {device.request}: its record does not hold the device's config "
+                    "(written by an older driver): it cannot be prepared again from the record"
+                )
+            handler = self.registry.get(device.type, device.kind)
+            req = DeviceRequest(
+                claim=record.claim,
+                request=device.request,
+                pool=device.pool,
+                device=device.device,
+                share_id=device.share_id,
+                key=device.key,
+                kind=device.kind,
+                config=config,
+                published=self.inventory.lookup(device.device),
+                context=self.context,
+            )
+            cdi_id = device.cdi_device_id or cdi.device_id(
+                self.context.driver_name, device.type, record.claim.uid, device.key
+            )
+            plans.append(Plan(handler, req, device.type, handler.validate(req), cdi_id))
+        return self.commit(record.claim, plans, record.pod_uids, replacing=record)
