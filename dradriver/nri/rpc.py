@@ -121,11 +121,20 @@ class ServerEndpoint:
     def answer(self, call: IncomingCall, response: bytes) -> bool:
         """Send the answer to `call` unless it has one already; True if this one went out."""
         with self._lock:
-            if call._answered:
+            if not self._claim(call):
                 return False
-            call._answered = True
-            self._pending.pop(call.stream_id, None)
-            self._deadlines.pop(call.stream_id, None)
+        return self._transmit(call, response)
+
+    def _claim(self, call: IncomingCall) -> bool:
+        """Mark `call` answered (caller holds the lock); False if it was already."""
+        if call._answered:
+            return False
+        call._answered = True
+        self._pending.pop(call.stream_id, None)
+        self._deadlines.pop(call.stream_id, None)
+        return True
+
+    def _transmit(self, call: IncomingCall, response: bytes) -> bool:
         try:
             self._send(encode_message(call.stream_id, MSG_RESPONSE, response))
         except OSError as exc:
@@ -151,13 +160,19 @@ class ServerEndpoint:
             return min((d for d, _, _ in self._deadlines.values()), default=None)
 
     def expire(self, now: float) -> None:
-        """Fail every unanswered call whose deadline has passed."""
+        """Fail every unanswered call whose deadline has passed (`on_expire` first)."""
         with self._lock:
             due = [(sid, v) for sid, v in self._deadlines.items() if v[0] <= now]
-            calls = [(self._pending.get(sid), message, cb) for sid, (_, message, cb) in due]
-        for call, message, on_expire in calls:
-            if call is not None and call.fail(Code.DEADLINE_EXCEEDED, message) and on_expire:
+            claimed = []
+            for sid, (_, message, on_expire) in due:
+                call = self._pending.get(sid)
+                self._deadlines.pop(sid, None)
+                if call is not None and self._claim(call):
+                    claimed.append((call, message, on_expire))
+        for call, message, on_expire in claimed:
+            if on_expire:
                 on_expire()
+            self._transmit(call, encode_response(code=Code.DEADLINE_EXCEEDED, message=message))
 
     def close(self) -> None:
         """The connection is gone: nothing pending can be answered any more."""
