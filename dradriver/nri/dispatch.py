@@ -51,9 +51,9 @@ class PodLocks:
             if slot.users == 0:
                 del self._slots[key]
 
-    def __len__(self) -> int:
+    def __contains__(self, key: object) -> bool:
         with self._guard:
-            return len(self._slots)
+            return key in self._slots
 
 
 Outcome = Callable[[BaseException | None], None]  # called with None on success
@@ -110,6 +110,10 @@ class HandlerRunner:
         except RuntimeError:  # shut down: the plugin is stopping
             if skipped:
                 skipped("the plugin is stopping")
+
+    def busy(self, key: str) -> bool:
+        """Whether a call for this pod is running or waiting to run."""
+        return key in self._locks
 
     def shutdown(self) -> None:
         """Stop taking work; queued calls are dropped, running ones finish on their own."""

@@ -46,10 +46,10 @@ class SandboxHandler(Protocol):
         """Every pod the runtime knows, on each (re)connection, before any event."""
 
     def run_pod_sandbox(self, pod: PodSandbox) -> None:
-        """The sandbox (and its network namespace) exists; no container has started yet."""
+        """The sandbox and its network namespace (CNI done) exist; no container started yet."""
 
     def stop_pod_sandbox(self, pod: PodSandbox) -> None:
-        """The sandbox is stopping; its network namespace still exists."""
+        """The sandbox is stopped; its network namespace still exists (CNI not torn down)."""
 
     def remove_pod_sandbox(self, pod: PodSandbox) -> None:
-        """The sandbox is gone."""
+        """The sandbox is gone; containerd 2.2 sends no netns path any more ("")."""

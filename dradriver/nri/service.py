@@ -180,22 +180,48 @@ class PluginService:
                 event(log, logging.INFO, "NRI event handled", **fields, ms=took)
             else:
                 event(
-                    log, logging.WARNING, "NRI event handled after its deadline", **fields, ms=took
+                    log,
+                    logging.WARNING,
+                    "NRI event handled after the runtime had its answer",
+                    **fields,
+                    ms=took,
                 )
 
-        call.answer_by(
-            deadline,
-            f"dra-driver: {name} of pod {pod} not handled within {budget:.2f}s",
-            on_expire=lambda: event(
-                log, logging.ERROR, "NRI event timed out", **fields, timeout=round(budget, 3)
-            ),
-        )
+        key = pod.uid or pod.id
+        teardown = req.event != api_pb2.RUN_POD_SANDBOX
+        if self._runner.busy(key):
+            # The runtime blocks every pod's NRI calls while it waits for one: do not
+            # make it wait for a pod whose earlier call is stuck. A teardown is still
+            # owed, so it runs when that call returns; a RunPodSandbox is dropped.
+            event(
+                log,
+                logging.WARNING,
+                "NRI event answered at once: pod busy",
+                **fields,
+                runs_later=teardown,
+            )
+            later = "; it runs when that returns" if teardown else ""
+            call.fail(
+                Code.UNAVAILABLE,
+                f"dra-driver: {name} of pod {pod}: an earlier call for this pod is "
+                f"still running{later}",
+            )
+            if not teardown:
+                return
+        else:
+            call.answer_by(
+                deadline,
+                f"dra-driver: {name} of pod {pod} not handled within {budget:.2f}s",
+                on_expire=lambda: event(
+                    log, logging.ERROR, "NRI event timed out", **fields, timeout=round(budget, 3)
+                ),
+            )
         self._runner.submit(
-            pod.uid or pod.id,
+            key,
             lambda: fn(pod),
             deadline,
             outcome,
-            run_late=req.event != api_pb2.RUN_POD_SANDBOX,  # teardown is still worth doing
+            run_late=teardown,
             skipped=lambda why: event(
                 log, logging.WARNING, "NRI event not handled", **fields, reason=why
             ),
