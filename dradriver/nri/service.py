@@ -2,7 +2,8 @@
 
 Handlers run on the reader thread and never block it: the core's work goes to the
 HandlerRunner, and every call gets an answer by its deadline, which is the plugin's
-`event_timeout` or, if shorter, 3/4 of the time the runtime left for the call. Past its
+`event_timeout` or, if shorter, 3/4 of the time the runtime gives the call (the
+shorter of its configured request timeout and the call's own `timeout_nano`). Past its
 own timeout containerd drops the plugin and lets the pod start without it, so an
 explicit error in time is always better.
 """
@@ -85,9 +86,10 @@ class PluginService:
         }
 
     def _budget(self, call: IncomingCall) -> float:
+        """The plugin's time for a call: within both what Configure and the call say."""
         runtime = self.runtime.request_timeout if self.runtime else DEFAULT_REQUEST_TIMEOUT
         remote = call.remote_timeout if call.remote_timeout is not None else runtime
-        return min(self._event_timeout, remote * RUNTIME_SHARE)
+        return min(self._event_timeout, min(runtime, remote) * RUNTIME_SHARE)
 
     def _configure(self, call: IncomingCall) -> None:
         req = _parse(call, api_pb2.ConfigureRequest())
