@@ -109,8 +109,12 @@ class PluginConn:
             if stream:  # this frame also carried the start of the next message
                 self.violations.append("frame mixes two ttrpc messages")
             if conn_id == 1 and mtype == 2:
+                waiting = self._responses.get(sid)
+                if waiting is None:
+                    self.violations.append(f"response on stream {sid} nobody waits for")
+                    continue
                 self._results[sid] = ttrpc_pb2.Response.FromString(data)
-                self._responses[sid].set()
+                waiting.set()
             elif conn_id == 2 and mtype == 1:
                 self._serve(sid, ttrpc_pb2.Request.FromString(data))
             else:
@@ -147,7 +151,9 @@ class PluginConn:
             self._next_stream += 2
             self._responses[sid] = threading.Event()
             self.sock.sendall(self._frame(1, self._msg(sid, 1, req.SerializeToString())))
-        if not self._responses[sid].wait(timeout) or sid not in self._results:
+        answered = self._responses[sid].wait(timeout)
+        del self._responses[sid]
+        if not answered or sid not in self._results:
             self.close()
             raise TimeoutError(f"{method}: no answer within {timeout}s; plugin dropped")
         resp = self._results.pop(sid)
@@ -162,7 +168,9 @@ class PluginConn:
             self._next_stream += 2
             self._responses[sid] = threading.Event()
             self.sock.sendall(self._frame(1, self._msg(sid, 1, data)))
-        if not self._responses[sid].wait(timeout) or sid not in self._results:
+        answered = self._responses[sid].wait(timeout)
+        del self._responses[sid]
+        if not answered or sid not in self._results:
             raise TimeoutError(f"no answer to a raw request within {timeout}s")
         return self._results.pop(sid)
 
