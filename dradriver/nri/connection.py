@@ -55,6 +55,7 @@ class Connection:
         self._sock.settimeout(SEND_TIMEOUT)  # bounds sendall; reads wait in poll()
         self._write_lock = threading.Lock()
         self._closed = threading.Event()
+        self._close_reason = "closed by the plugin"
         self._frames = FrameDecoder()
         self._readers = {
             PLUGIN_SERVICE_CONN: MessageReader(),
@@ -73,8 +74,8 @@ class Connection:
                     raise OSError("NRI connection is closed")
                 try:
                     self._sock.sendall(data)
-                except OSError:
-                    self.close()
+                except OSError as exc:
+                    self.close(f"could not write to the runtime: {exc}")
                     raise
 
         return send
@@ -83,10 +84,12 @@ class Connection:
         """End the connection at `deadline` (monotonic) if `unless_done()` is still False."""
         self._give_up = (deadline, unless_done, reason)
 
-    def close(self) -> None:
-        """Shut the socket down; the reader loop returns soon after. Idempotent."""
+    def close(self, reason: str = "") -> None:
+        """Shut the socket down; the reader loop returns `reason` soon after. Idempotent."""
         if self._closed.is_set():
             return
+        if reason:
+            self._close_reason = reason
         self._closed.set()
         with contextlib.suppress(OSError):  # not connected any more: nothing to shut down
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -117,7 +120,7 @@ class Connection:
                         f" in the middle of a frame ({pending} bytes unread)" if pending else ""
                     )
                 self._route(data)
-            return "connection closed by the plugin"
+            return self._close_reason
         except (MuxError, OSError) as exc:
             return f"{type(exc).__name__}: {exc}"
         finally:

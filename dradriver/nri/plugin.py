@@ -117,7 +117,7 @@ class NriPlugin:
         with self._lock:
             conn = self._conn
         if conn is not None:
-            conn.close()
+            conn.close("the plugin is stopping")
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -178,7 +178,7 @@ class NriPlugin:
         conn = Connection(sock, service.handlers())
         with self._lock:
             if self._stopping.is_set():
-                conn.close()
+                conn.close("the plugin is stopping")
             self._conn = conn
         # The runtime must register, configure and synchronize us within its own timeouts;
         # if it has not after all of them, something is stuck: start over.
@@ -197,7 +197,7 @@ class NriPlugin:
                     plugin=self._full_name,
                     error=error,
                 )
-                conn.close()
+                conn.close(f"registration failed: {error}")
             else:
                 event(log, logging.INFO, "registered with the runtime", plugin=self._full_name)
 

@@ -261,14 +261,18 @@ def test_waits_for_a_runtime_that_is_not_there_yet(recorder, plugin_factory):
 
 def test_a_refused_registration_is_retried(runtime, recorder, plugin_factory, caplog):
     runtime.refuse_registration = "plugin 10-dra-driver already registered"
-    with caplog.at_level(logging.ERROR, logger="dradriver.nri"):
+    with caplog.at_level(logging.WARNING, logger="dradriver.nri"):
         plugin_factory()
         first = runtime.accept()
         wait_for("the refused plugin to disconnect", first.closed.is_set, timeout=5)
-    runtime.refuse_registration = ""
+        runtime.refuse_registration = ""
+        connect(runtime, recorder)
     refused = [r for r in caplog.records if r.getMessage() == "NRI registration failed"]
     assert refused and "already registered" in str(refused[0].error)
-    connect(runtime, recorder)
+    ended = [r for r in caplog.records if r.getMessage() == "NRI connection ended, will reconnect"]
+    assert ended[0].reason == (
+        "registration failed: UNKNOWN: plugin 10-dra-driver already registered"
+    )
 
 
 def frame(conn_id: int, payload: bytes) -> bytes:
