@@ -148,7 +148,12 @@ class NriPlugin:
             failures = 0
             event(log, logging.INFO, "connected to the NRI socket", socket=str(self.socket))
             started = time.monotonic()
-            reason = self._session(sock)
+            try:
+                reason = self._session(sock)
+            except Exception as exc:  # a bug here must not end the plugin for good
+                log.exception("NRI connection failed unexpectedly")
+                sock.close()
+                reason = f"internal error: {exc!r}"
             self._registered.clear()
             if self._stopping.is_set():
                 break

@@ -308,6 +308,28 @@ def test_malformed_input_gets_errors_not_hangs(runtime, recorder, plugin_factory
     assert plugin.wait_registered(5)
 
 
+def test_an_internal_error_drops_the_connection_not_the_plugin(
+    runtime, recorder, plugin_factory, monkeypatch
+):
+    from dradriver.nri import connection
+
+    original = connection.Connection._route
+    calls = {"n": 0}
+
+    def route_once_broken(self, data):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug")
+        return original(self, data)
+
+    monkeypatch.setattr(connection.Connection, "_route", route_once_broken)
+    plugin = plugin_factory()
+    first = runtime.accept()  # the plugin fails on the first bytes it reads back
+    wait_for("the plugin to drop the connection", first.closed.is_set, timeout=5)
+    connect(runtime, recorder)
+    assert plugin.wait_registered(5)
+
+
 def test_stop_disconnects_and_ends_the_thread(runtime, recorder):
     plugin = NriPlugin(runtime.path, recorder, backoff_first=0.05, backoff_max=0.2)
     plugin.start()
