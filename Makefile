@@ -114,7 +114,7 @@ lint: ## ruff check, ruff format --check, mypy
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy
 
-proto: ## regenerate the gRPC modules from dradriver/kubelet/proto/*.proto
+proto: ## regenerate the protobuf modules next to dradriver/{kubelet,nri}/proto/*.proto
 	$(PYTHON) hack/gen_proto.py
 
 test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipvlan, soft-RoCE)

@@ -16,6 +16,20 @@ LAYERS: dict[str, set[str]] = {
     "core": {"registry", "config", "claims", "cdi", "records", "slices", "settings"},
     "services": {"inventory", "plan", "lifecycle", "prepare", "gc", "status", "publisher"},
     "kubelet": {"kubelet", "kubelet.sockets", "kubelet.server", "kubelet.proto"},
+    "nri": {
+        "nri",
+        "nri.mux",
+        "nri.ttrpc",
+        "nri.rpc",
+        "nri.connection",
+        "nri.pods",
+        "nri.dispatch",
+        "nri.service",
+        "nri.plugin",
+        "nri.proto",
+        "nri.proto.api_pb2",
+        "nri.proto.ttrpc_pb2",
+    },
     "wiring": {"daemon", "cli", "__main__", ""},
 }
 MAY_IMPORT: dict[str, set[str]] = {
@@ -26,7 +40,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "core": {"foundation", "effects"},
     "services": {"foundation", "effects", "core"},
     "kubelet": {"foundation", "effects", "core", "services"},
-    "wiring": {"foundation", "effects", "core", "services", "kubelet"},
+    "nri": {"foundation"},  # the protocol: it knows nothing of claims
+    "wiring": {"foundation", "effects", "core", "services", "kubelet", "nri"},
 }
 
 
@@ -69,6 +84,8 @@ def _group(module: str) -> str:
         return "family:" + (short.split(".")[1] if "." in short else "")
     if short.startswith("kubelet.proto"):
         return "kubelet"
+    if short.startswith("nri.proto"):
+        return "nri"
     for group, members in LAYERS.items():
         if short in members:
             return group
