@@ -14,6 +14,14 @@ KIND_NODE_VERSION ?= v1.36.4
 KIND_NODE_IMAGE ?= dra-driver-kind-node:$(KIND_NODE_VERSION)
 NAMESPACE ?= dra-system
 TIMEOUT ?= 300
+# Helm: the binary hack/build-helm.sh builds (make helm), the release, extra arguments
+# for helm-install (e.g. HELM_ARGS='--set settings.logLevel=debug -f my-values.yaml').
+HELM ?= $(shell hack/build-helm.sh --bin)
+CHART = deploy/helm/dra-driver
+RELEASE ?= dra-driver
+HELM_ARGS ?=
+# The chart names its objects after the release (plus -dra-driver unless it has it).
+HELM_DAEMONSET = $(if $(findstring dra-driver,$(RELEASE)),$(RELEASE),$(RELEASE)-dra-driver)
 
 KCTL = $(KUBECTL) --context kind-$(CLUSTER)
 DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml
@@ -22,7 +30,8 @@ NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --conte
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean test test-faults lint proto test-kernel e2e bench
+	network-check restart logs debug clean test test-faults lint proto test-kernel e2e bench \
+	helm manifests helm-lint helm-install helm-uninstall
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +77,24 @@ load: ## load the driver image into the kind nodes
 deploy: ## install namespace, RBAC, admission policy, DaemonSet and DeviceClasses
 	$(KCTL) apply $(DRIVER_MANIFESTS)
 	$(KCTL) -n $(NAMESPACE) rollout status daemonset/dra-driver --timeout=$(TIMEOUT)s
+
+helm: ## build helm from the Go module proxy (hack/build-helm.sh, cached in .cache/helm)
+	hack/build-helm.sh
+
+manifests: helm ## write deploy/driver.yaml and deploy/resourceclass.yaml from the Helm chart
+	$(PYTHON) hack/gen_manifests.py --helm $(HELM)
+
+helm-lint: helm ## helm lint --strict of the chart
+	$(HELM) lint --strict --namespace $(NAMESPACE) $(CHART)
+
+helm-install: helm ## install or upgrade the chart on kind (RELEASE, HELM_ARGS), wait for the rollout
+	$(KCTL) apply -f deploy/namespace.yaml
+	$(HELM) upgrade --install $(RELEASE) $(CHART) --kube-context kind-$(CLUSTER) \
+		--namespace $(NAMESPACE) $(HELM_ARGS)
+	$(KCTL) -n $(NAMESPACE) rollout status daemonset/$(HELM_DAEMONSET) --timeout=$(TIMEOUT)s
+
+helm-uninstall: ## uninstall the chart from kind (the namespace stays)
+	$(HELM) uninstall $(RELEASE) --kube-context kind-$(CLUSTER) --namespace $(NAMESPACE)
 
 undeploy: ## remove the examples and the driver
 	-$(KCTL) delete --ignore-not-found --wait=true $(EXAMPLES)
@@ -121,7 +148,7 @@ test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipv
 	PYTHON=$(PYTHON) hack/test-kernel.sh
 
 e2e: ## end-to-end tests against a real control plane built from source
-	hack/build-k8s.sh && $(PYTHON) -m pytest tests/e2e
+	hack/build-k8s.sh && hack/build-helm.sh && $(PYTHON) -m pytest tests/e2e
 
 bench: ## run the benchmarks (python -m bench)
 	$(PYTHON) -m bench

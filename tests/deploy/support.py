@@ -99,6 +99,30 @@ def network_check() -> ModuleType:
     return module
 
 
+def run_k8scheck(binary: Path, *args: str, cases: list[Any]) -> list[Any]:
+    """Run tests/deploy/k8scheck with `cases` on stdin; its results, one per case."""
+    res = subprocess.run(
+        [str(binary), *args], input=json.dumps(cases), capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    results = json.loads(res.stdout)
+    assert len(results) == len(cases)
+    return list(results)
+
+
+@cache
+def gen_manifests() -> ModuleType:
+    """hack/gen_manifests.py (the chart -> deploy/ generator) as a module."""
+    path = ROOT / "hack" / "gen_manifests.py"
+    spec = importlib.util.spec_from_file_location("gen_manifests", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_manifests"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def makefile_var(name: str) -> str:
     """The default of `NAME ?= value` in the Makefile."""
     for line in (ROOT / "Makefile").read_text().splitlines():

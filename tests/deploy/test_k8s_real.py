@@ -13,59 +13,16 @@ tests skip and say so; DRA_SKIP_K8S_LIBS=1 skips them on purpose.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from dradriver import slices
 from dradriver.hookspecs import Device
 from tests.deploy import cel, test_cel
-from tests.deploy.support import DEPLOY, DRIVER, ROOT, device_classes, discover, selectors
+from tests.deploy.support import DEPLOY, DRIVER, device_classes, discover, run_k8scheck, selectors
 from tests.deploy.test_selectors import constructed_devices, fabricated_sysfs
 
-SOURCE = Path(__file__).resolve().parent / "k8scheck"
 SA = "system:serviceaccount:dra-system:dra-driver"
 NODE_KEY = "authentication.kubernetes.io/node-name"
-
-
-@pytest.fixture(scope="module")
-def k8scheck() -> Path:
-    if os.environ.get("DRA_SKIP_K8S_LIBS"):
-        pytest.skip("DRA_SKIP_K8S_LIBS is set")
-    go = shutil.which("go") or (
-        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
-    )
-    if go is None:
-        pytest.skip("no Go toolchain: cannot build the Kubernetes-library checker")
-    out = ROOT / ".cache" / "deploy-tests" / "k8scheck"
-    env = {
-        **os.environ,
-        "GOTOOLCHAIN": "local",
-        "GOFLAGS": "-mod=readonly -modcacherw",
-        "GOCACHE": os.environ.get("GOCACHE", str(ROOT / ".cache" / "go" / "build")),
-        "GOMODCACHE": os.environ.get("GOMODCACHE", str(ROOT / ".cache" / "go" / "mod")),
-    }
-    res = subprocess.run(
-        [go, "build", "-o", str(out), "."], cwd=SOURCE, env=env, capture_output=True,
-        text=True, timeout=1200, check=False,
-    )  # fmt: skip
-    assert res.returncode == 0, f"building k8scheck failed:\n{res.stderr[-4000:]}"
-    return out
-
-
-def run(binary: Path, *args: str, cases: list) -> list:
-    res = subprocess.run(
-        [str(binary), *args], input=json.dumps(cases), capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    results = json.loads(res.stdout)
-    assert len(results) == len(cases)
-    return results
 
 
 def _mini(expr: str, driver: str, device: dict) -> dict:
@@ -101,7 +58,7 @@ def test_selectors_evaluate_as_kubernetes_does(k8scheck, tmp_path):
     ]
     cases += [(f"value {e}", e, DRIVER, test_cel.DEV) for e, _ in test_cel.VALUE_CASES]
     cases += [(f"error {e}", e, DRIVER, test_cel.DEV) for e in test_cel.ERROR_CASES]
-    real = run(k8scheck, "cel", cases=[{"expr": e, "driver": d, "device": dev}
+    real = run_k8scheck(k8scheck, "cel", cases=[{"expr": e, "driver": d, "device": dev}
                                        for _, e, d, dev in cases])  # fmt: skip
     differences = []
     for (label, expr, driver, device), got in zip(cases, real, strict=True):
@@ -143,11 +100,12 @@ VAP_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.timeout(1500)
-def test_admission_policy_keeps_the_driver_to_its_own_node(k8scheck):
+def policy_mistakes(k8scheck, policy_file, sa: str = SA) -> list[str]:
+    """The VAP_CASES (with the driver's user `sa`) where the ValidatingAdmissionPolicy
+    in `policy_file`, run by Kubernetes' admission code, decides otherwise."""
     cases = [
         {
-            "user": user,
+            "user": sa if user == SA else user,
             "extra": extra or {},
             "operation": op,
             "object": None if obj == "-" else _slice(obj),
@@ -155,11 +113,17 @@ def test_admission_policy_keeps_the_driver_to_its_own_node(k8scheck):
         }
         for _, user, extra, op, obj, old, _ in VAP_CASES
     ]
-    results = run(k8scheck, "vap", str(DEPLOY / "driver.yaml"), cases=cases)
+    results = run_k8scheck(k8scheck, "vap", str(policy_file), cases=cases)
     wrong = []
     for case, got in zip(VAP_CASES, results, strict=True):
         if got["allowed"] != case[-1]:
             wrong.append(f"{case[0]}: allowed={got['allowed']} {got['messages']}")
         for message in got["messages"]:
             assert "error" not in message.lower(), f"{case[0]}: denied by an error: {message}"
+    return wrong
+
+
+@pytest.mark.timeout(1500)
+def test_admission_policy_keeps_the_driver_to_its_own_node(k8scheck):
+    wrong = policy_mistakes(k8scheck, DEPLOY / "driver.yaml")
     assert not wrong, "\n".join(wrong)

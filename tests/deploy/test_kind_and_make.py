@@ -16,6 +16,7 @@ TARGETS = [
     *("all", "kind-image", "cluster", "build", "load", "deploy", "undeploy"),
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
     *("test", "lint", "proto", "test-kernel", "e2e", "bench"),
+    *("helm", "manifests", "helm-lint", "helm-install", "helm-uninstall"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
 NO_TOOLS = ["DOCKER=true", "KIND=true", "KUBECTL=true", "SKIP_DUMMY_CHECK=1"]
@@ -131,6 +132,14 @@ def test_all_runs_the_steps_in_order():
         ("network-test", "apply -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml"),
         ("cluster", "--config kind-config.yaml"),
         ("deploy", "-f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml"),
+        ("e2e", "hack/build-helm.sh && "),
+        ("helm", "hack/build-helm.sh"),
+        ("manifests", "hack/gen_manifests.py --helm "),
+        ("helm-lint", " lint --strict --namespace dra-system deploy/helm/dra-driver"),
+        ("helm-install", "apply -f deploy/namespace.yaml"),
+        ("helm-install", " upgrade --install dra-driver deploy/helm/dra-driver"),
+        ("helm-install", "rollout status daemonset/dra-driver "),
+        ("helm-uninstall", " uninstall dra-driver --kube-context kind-dra-driver"),
     ],
 )
 def test_target_commands(make_available, target, command):

@@ -10,6 +10,7 @@ DELETE with grace period 0, see `Cluster.finish_pod_deletion`).
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -96,17 +97,23 @@ class Cluster:
                 self.finish_pod_deletion(DRIVER_NAMESPACE, pod["metadata"]["name"])
         self.delete(f"/api/v1/nodes/{name}")
 
-    def wait_policy_enforced(self) -> None:
+    def wait_policy_enforced(
+        self,
+        kubeconfig: Path | None = None,
+        policy: str = "dra-driver-resourceslices",
+        driver: str = DRIVER,
+    ) -> None:
         """A new ValidatingAdmissionPolicy is enforced only once the API server's policy
         informer has it (about 0.5 s): until then probe with a slice for a node that
-        does not exist, written with the driver's token, and remove it if it got in."""
-        token = self.kubeconfig_token(self.driver_kubeconfig)
+        does not exist, written with the driver's token (of `kubeconfig`), and remove it
+        if it got in."""
+        token = self.kubeconfig_token(kubeconfig or self.driver_kubeconfig)
         probe = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": {"name": "e2e-policy-probe"},
             "spec": {
-                "driver": DRIVER,
+                "driver": driver,
                 "nodeName": "e2e-policy-probe",
                 "pool": {"name": "e2e-policy-probe", "resourceSliceCount": 1},
                 "devices": [],
@@ -117,13 +124,13 @@ class Cluster:
             try:
                 self.cp.request("POST", SLICES, probe, token=token)
             except ApiError as e:
-                if "dra-driver-resourceslices" in str(e):
+                if f"'{policy}'" in str(e):
                     return True  # denied by the policy (its answer code is tested apart)
                 raise
             self.delete(f"{SLICES}/e2e-policy-probe")
             return False
 
-        wait_for("the driver's admission policy to be enforced", refused, 30)
+        wait_for(f"admission policy {policy} to be enforced", refused, 30)
 
     # ------------------------------------------------------------------ raw
     def get(self, path: str, missing_ok: bool = False) -> Any:
@@ -230,6 +237,40 @@ class Cluster:
         """A user's DELETE: graceful, so the pod only gets a deletionTimestamp (the
         kubelet would now stop its containers and unprepare its claims)."""
         self.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def report_pod_running(self, namespace: str, name: str) -> dict[str, Any]:
+        """The kubelet's status report once a pod's containers started (without a
+        readiness probe, a started container is ready): phase Running, Ready. A
+        DaemonSet's rolling update waits for this before it deletes the old pod."""
+        pod = self.pod(namespace, name)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        kinds = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+        status = {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "startTime": now,
+            "conditions": [{"type": k, "status": "True", "lastTransitionTime": now} for k in kinds],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                }
+                for c in pod["spec"]["containers"]
+            ],
+        }
+        return dict(
+            self.cp.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                {"status": status},
+                content_type="application/strategic-merge-patch+json",
+            )
+        )
 
     def finish_pod_deletion(self, namespace: str, name: str) -> None:
         """The kubelet's last step once the pod's containers stopped and its claims

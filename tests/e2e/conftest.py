@@ -184,6 +184,20 @@ def node(cluster: Cluster) -> Iterator[Node]:
         cluster.node_uid, cluster.driver_kubeconfig = cluster.add_node(name)
         cluster.node = name
 
+        port = int(cluster.cp.server.rsplit(":", 1)[1])
+        ns, root, fwd = cleanup.enter_context(node_machine(port))
+        kubeconfig = forwarded(cluster.driver_kubeconfig, fwd, root / "kubeconfig")
+        n = Node(cluster, ns, root, kubeconfig)
+        cleanup.callback(n.close)
+        yield n
+
+
+@contextlib.contextmanager
+def node_machine(apiserver_port: int) -> Iterator[tuple[str, Path, Forwarder]]:
+    """What stands for a node's machine: a network namespace with the node's eth0, a
+    directory for its kubelet and CDI files, and the API server forwarded into the
+    namespace. All of it is removed at the end."""
+    with contextlib.ExitStack() as cleanup:
         root = Path(tempfile.mkdtemp(prefix="dra-e2e-", dir="/tmp"))  # short: socket paths
         cleanup.callback(shutil.rmtree, root, ignore_errors=True)
         ns = netns.create("e2e-node")
@@ -192,17 +206,19 @@ def node(cluster: Cluster) -> Iterator[Node]:
         netns.ip(ns, "link", "add", PARENT, "type", "veth", "peer", "name", f"{PARENT}-peer")
         netns.ip(ns, "link", "set", PARENT, "up")
         netns.ip(ns, "link", "set", f"{PARENT}-peer", "up")
-        fwd = Forwarder(ns, int(cluster.cp.server.rsplit(":", 1)[1]))
+        fwd = Forwarder(ns, apiserver_port)
         fwd.start()
         cleanup.callback(fwd.stop)
-        config = yaml.safe_load(cluster.driver_kubeconfig.read_text())
-        for entry in config["clusters"]:
-            entry["cluster"]["server"] = f"https://127.0.0.1:{fwd.port}"
-        kubeconfig = root / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(config))
-        n = Node(cluster, ns, root, kubeconfig)
-        cleanup.callback(n.close)
-        yield n
+        yield ns, root, fwd
+
+
+def forwarded(kubeconfig: Path, fwd: Forwarder, dest: Path) -> Path:
+    """A copy of `kubeconfig` at `dest` whose server is reached through `fwd`."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = f"https://127.0.0.1:{fwd.port}"
+    dest.write_text(yaml.safe_dump(config))
+    return dest
 
 
 def setattr_all(cluster: Cluster, values: tuple[str, str, Path]) -> None:
@@ -215,9 +231,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed:
         funcargs: dict[str, Any] = getattr(item, "funcargs", {})
-        n = funcargs.get("node")
-        if isinstance(n, Node):
-            report.sections.append(("driver logs", n.logs()[-20000:]))
+        for n in funcargs.values():
+            if isinstance(n, Node):
+                report.sections.append(("driver logs", n.logs()[-20000:]))
         c = funcargs.get("cluster")
         if isinstance(c, Cluster):
             report.sections.append(("control plane logs", c.cp.logs(30)))

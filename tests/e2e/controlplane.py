@@ -358,10 +358,18 @@ class ControlPlane:
             pod = rest.request(
                 "POST", f"{ns_path}/pods", standin_pod_manifest(pod_name, sa_name, node_name)
             )
-        token = rest.request(
+        return self.pod_kubeconfig(pod, expiration_seconds=expiration_seconds)
+
+    def pod_kubeconfig(self, pod: dict[str, Any], *, expiration_seconds: int = 86400) -> Path:
+        """Kubeconfig with a token of ``pod``'s ServiceAccount bound to ``pod`` (which
+        must be bound to a node), as the kubelet would mount it; checked with a
+        SelfSubjectReview to carry the node's name before returning."""
+        meta, node_name = pod["metadata"], pod["spec"]["nodeName"]
+        namespace, sa_name = meta["namespace"], pod["spec"]["serviceAccountName"]
+        token = self._rest().request(
             "POST",
-            f"{sa_path}/token",
-            token_request(pod_name, pod["metadata"]["uid"], expiration_seconds),
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa_name}/token",
+            token_request(meta["name"], meta["uid"], expiration_seconds),
         )["status"]["token"]
         user = self.whoami(token)
         extra = user.get("extra", {})

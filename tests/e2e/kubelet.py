@@ -16,7 +16,7 @@ def results(claim: dict[str, Any], driver: str = DRIVER) -> list[dict[str, Any]]
     return [r for r in devices["results"] if r["driver"] == driver]
 
 
-def check_answer(resp: Any, claims: list[dict[str, Any]]) -> dict[str, Any]:
+def check_answer(resp: Any, claims: list[dict[str, Any]], driver: str = DRIVER) -> dict[str, Any]:
     """An entry for each of `claims`, without error and listing exactly the claim's
     allocation results of our driver (request, pool, device, share ID, one CDI ID).
     Returns those entries by claim UID."""
@@ -29,12 +29,13 @@ def check_answer(resp: Any, claims: list[dict[str, Any]]) -> dict[str, Any]:
             (list(d.request_names), d.pool_name, d.device_name, d.share_id) for d in entry.devices
         )
         want = sorted(
-            ([r["request"]], r["pool"], r["device"], r.get("shareID", "")) for r in results(claim)
+            ([r["request"]], r["pool"], r["device"], r.get("shareID", ""))
+            for r in results(claim, driver)
         )
         assert got == want
         for d in entry.devices:
             [cdi_id] = d.cdi_device_ids
-            assert cdi_id.startswith(f"{DRIVER}/netdev=") and uid in cdi_id
+            assert cdi_id.startswith(f"{driver}/netdev=") and uid in cdi_id
         out[uid] = entry
     return out
 

@@ -19,7 +19,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.kind("veth")]
 SLOTS = 4
 
 
-def veth_template(namespace: str, name: str = "one-veth") -> dict[str, Any]:
+def veth_template(
+    namespace: str,
+    name: str = "one-veth",
+    device_class: str = "virtual-network",
+    driver: str = "dra.example.com",
+) -> dict[str, Any]:
     """One virtual interface (one slot), the shape of the examples in deploy/."""
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -32,7 +37,7 @@ def veth_template(namespace: str, name: str = "one-veth") -> dict[str, Any]:
                         {
                             "name": "net",
                             "exactly": {
-                                "deviceClassName": "virtual-network",
+                                "deviceClassName": device_class,
                                 "capacity": {"requests": {"slots": "1"}},
                             },
                         }
@@ -41,7 +46,7 @@ def veth_template(namespace: str, name: str = "one-veth") -> dict[str, Any]:
                         {
                             "requests": ["net"],
                             "opaque": {
-                                "driver": "dra.example.com",
+                                "driver": driver,
                                 "parameters": {
                                     "type": "netdev",
                                     "netdev": {"kind": "veth", "interfaceName": "net1"},

@@ -40,40 +40,35 @@ class DriverProcess:
         pod_uid: str | None = None,
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        driver: str = DRIVER,
+        own_flags: bool = True,
     ) -> None:
+        """`own_flags` False: only --kubeconfig and `args` are given, everything else comes
+        from `env` (as in a pod of the DaemonSet), whose directories must be root's."""
         self.root = root
+        self.driver = driver
         self.ns = ns
         self.registry = root / "registry"
         self.plugins = root / "plugins"
         self.cdi = root / "cdi"
-        self.state = self.cdi / f"{DRIVER}-state"
+        self.state = self.cdi / f"{driver}-state"
         self.node = node
         self.pod_uid = pod_uid
         self.log_path = root / f"driver-{pod_uid or 'main'}.log"
         self.cmd = [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            sys.executable,
-            "-m",
-            "dradriver",
-            "run",
-            "--node-name",
-            node,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--kubelet-registry-dir",
-            str(self.registry),
-            "--kubelet-plugins-dir",
-            str(self.plugins),
-            "--cdi-dir",
-            str(self.cdi),
-            "--publish-interval",
-            "2",
-            *args,
+            *("ip", "netns", "exec", ns, sys.executable, "-m", "dradriver", "run"),
+            *("--kubeconfig", str(kubeconfig)),
         ]
-        if pod_uid:
+        if own_flags:
+            self.cmd += [
+                *("--node-name", node),
+                *("--kubelet-registry-dir", str(self.registry)),
+                *("--kubelet-plugins-dir", str(self.plugins)),
+                *("--cdi-dir", str(self.cdi)),
+                *("--publish-interval", "2"),
+            ]
+        self.cmd += args
+        if pod_uid and own_flags:
             self.cmd += ["--pod-uid", pod_uid]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -83,6 +78,7 @@ class DriverProcess:
         return socket_paths(
             Settings(
                 node_name=self.node,
+                driver_name=self.driver,
                 kubelet_registry_dir=self.registry,
                 kubelet_plugins_dir=self.plugins,
                 pod_uid=self.pod_uid,

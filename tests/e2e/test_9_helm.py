@@ -1,0 +1,397 @@
+"""Scenario 9: the Helm chart (deploy/helm/dra-driver) installed, upgraded and
+uninstalled by a real helm (hack/build-helm.sh) against the real control plane.
+
+The DaemonSet's pods cannot run here: there is no kubelet and no container runtime. The
+DaemonSet controller still creates them and the scheduler binds them to the node, so the
+test takes what a kubelet would: the pod as stored, its environment with the downward
+API filled in, and a token of the chart's ServiceAccount bound to that pod. It runs
+`dra-driver run` with exactly that environment (only --kubeconfig added) in a throw-away
+network namespace standing for the node. The chart's host paths point into the node's
+directory, as on a node whose kubelet root is not /var/lib/kubelet.
+
+The release uses its own names (release, namespace, driver name, DeviceClass names), so
+it is beside, not over, the session's deploy/ objects: a second driver in one cluster.
+deploy/ itself is the chart's default rendering (tests/deploy/test_helm_chart.py), which
+every other e2e scenario applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.driverproc import DriverProcess
+from tests.support.helm import helm_binary, helm_env
+from tests.support.waiting import wait_for
+
+from .cluster import CONTROLLERS, DEPLOY, RESOURCE, SLICES, Cluster
+from .conftest import Node, forwarded, node_machine
+from .forward import Forwarder
+from .kube import ApiError, load_documents
+from .kubelet import check_answer, results, spec_files
+from .test_3_capacity import claim_pod, veth_template
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.kind("veth")]
+
+CHART = DEPLOY / "helm" / "dra-driver"
+RELEASE = "e2e-helm"
+NAMESPACE = "e2e-helm-system"
+NODE = "e2e-helm-node"
+DRIVER = "helm.e2e.example.com"
+NAME = f"{RELEASE}-dra-driver"  # the chart's full name for this release
+POLICY = f"{NAME}-resourceslices"
+INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
+CLASS = "helm-virtual-network"
+
+
+def install_values(root: Path) -> dict[str, Any]:
+    """The operator's values: another driver name and class names, the DaemonSet on the
+    one labelled node, the kubelet's directories where this node has them. A publish
+    interval longer than the test: the old driver of a rolling update must not rewrite
+    the slice the new one published (in a cluster the kubelet stops it within seconds)."""
+    return {
+        "driverName": DRIVER,
+        "nodeSelector": {"dra-e2e/helm": "true"},
+        "hostPaths": {
+            "kubeletRegistryDir": str(root / "registry"),
+            "kubeletPluginsDir": str(root / "plugins"),
+            "cdiDir": str(root / "cdi"),
+        },
+        "settings": {"virtualSlots": 16, "publishInterval": 3600},
+        "deviceClasses": {
+            key: {"enabled": True, "name": f"helm-{name}"}
+            for key, name in [
+                ("networkDevices", "network-devices"),
+                ("virtualNetwork", "virtual-network"),
+                ("rdmaDevices", "rdma-devices"),
+                ("roceDevices", "roce-devices"),
+            ]
+        },
+    }
+
+
+class Helm:
+    """The helm binary against the control plane, as admin, with its files in `home`."""
+
+    def __init__(self, cluster: Cluster, home: Path) -> None:
+        self.binary = helm_binary()
+        self.env = helm_env(home, cluster.cp.admin_kubeconfig)
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            [str(self.binary), *args], capture_output=True, text=True, env=self.env,
+            timeout=300, check=False,
+        )  # fmt: skip
+        if check:
+            assert res.returncode == 0, f"helm {' '.join(args)}:\n{res.stdout}\n{res.stderr}"
+        return res
+
+    def values(self, name: str, values: dict[str, Any]) -> str:
+        path = self.home / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        return str(path)
+
+    def releases(self) -> list[dict[str, Any]]:
+        out = self("list", "--namespace", NAMESPACE, "--output", "yaml").stdout
+        return list(yaml.safe_load(out) or [])
+
+    def manifest(self) -> list[dict[str, Any]]:
+        """The objects of the release's current revision, as helm recorded them."""
+        return load_documents(self("get", "manifest", RELEASE, "--namespace", NAMESPACE).stdout)
+
+
+@dataclass
+class HelmNode:
+    """The node the chart's DaemonSet is pinned to, helm, and the API forwarder."""
+
+    node: Node
+    helm: Helm
+    fwd: Forwarder
+
+    def kubeconfig(self, pod: dict[str, Any]) -> Path:
+        """A token of the pod's ServiceAccount bound to the pod (as the kubelet would
+        mount it), reaching the API server from inside the node's namespace."""
+        dest = self.node.root / f"kubeconfig-{pod['metadata']['uid']}"
+        return forwarded(self.node.cluster.cp.pod_kubeconfig(pod), self.fwd, dest)
+
+
+@pytest.fixture
+def helm_node(cluster: Cluster, tmp_path: Path) -> Iterator[HelmNode]:
+    """A node labelled for the chart's nodeSelector, its machine, its namespace for the
+    release (labelled for privileged pods as deploy/namespace.yaml), and helm. At the
+    end, whatever a failure left is removed: the release, its namespace (its pods
+    finished as a kubelet would), the node's slices, the Node."""
+    helm = Helm(cluster, tmp_path / "helm")
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(cluster.delete, f"/api/v1/nodes/{NODE}")
+        cleanup.callback(cluster.delete_slices, NODE, DRIVER)
+        cluster.cp.create_node(NODE, labels={"dra-e2e/helm": "true"})
+        port = int(cluster.cp.server.rsplit(":", 1)[1])
+        ns, root, fwd = cleanup.enter_context(node_machine(port))
+        cleanup.callback(leave_nothing, cluster, helm)
+        [namespace] = load_documents(DEPLOY / "namespace.yaml")
+        namespace["metadata"]["name"] = NAMESPACE
+        cluster.apply(namespace)
+        node = Node(cluster, ns, root, Path())
+        node.name = NODE
+        cleanup.callback(node.close)
+        yield HelmNode(node, helm, fwd)
+
+
+def leave_nothing(cluster: Cluster, helm: Helm) -> None:
+    """Remove what a failed run left: the release, its cluster-wide objects, its
+    namespace once its pods are finished."""
+    helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--ignore-not-found", check=False)
+    for path in CLUSTER_WIDE:
+        for obj in cluster.get(f"{path}?labelSelector={INSTANCE}")["items"]:
+            cluster.delete(f"{path}/{obj['metadata']['name']}")
+    cluster.remove_namespace(NAMESPACE)
+
+
+CLUSTER_WIDE = [
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    f"{RESOURCE}/deviceclasses",
+]
+NAMESPACED = [
+    f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+    f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets",
+    f"/apis/apps/v1/namespaces/{NAMESPACE}/controllerrevisions",
+    f"/api/v1/namespaces/{NAMESPACE}/pods",
+]
+
+
+def of_release(cluster: Cluster) -> list[str]:
+    """Every object in the API server labelled as this release's: kind/name."""
+    found = []
+    for path in CLUSTER_WIDE + NAMESPACED:
+        for obj in cluster.get(f"{path}?labelSelector={INSTANCE}")["items"]:
+            found.append(f"{path.rsplit('/', 1)[1]}/{obj['metadata']['name']}")
+    secrets = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/secrets?labelSelector=owner=helm")
+    found += [f"secrets/{s['metadata']['name']}" for s in secrets["items"]]
+    return found
+
+
+def object_path(cluster: Cluster, obj: dict[str, Any]) -> str:
+    """The API path of a rendered object of the release."""
+    assert cluster.cp.rest is not None
+    return cluster.cp.rest.object_path(obj, NAMESPACE)
+
+
+def driver_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    """The chart's DaemonSet pods, oldest first."""
+    pods = cluster.pods(NAMESPACE, INSTANCE)
+    return sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+
+
+def pod_env(pod: dict[str, Any]) -> dict[str, str]:
+    """The driver container's environment as the kubelet would give it: values, and the
+    downward API's fields of this pod."""
+    [container] = pod["spec"]["containers"]
+    fields = {"spec.nodeName": pod["spec"]["nodeName"], "metadata.uid": pod["metadata"]["uid"]}
+    env = {}
+    for var in container["env"]:
+        if "valueFrom" in var:
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[var["name"]] = var.get("value", "")
+    return env
+
+
+def run_pod(node: Node, pod: dict[str, Any], fwd_kubeconfig: Path) -> DriverProcess:
+    """`dra-driver run` as `pod` would run it: its environment, its token."""
+    env = pod_env(pod)
+    assert env["DRA_KUBELET_REGISTRY_DIR"] == str(node.root / "registry")
+    assert env["DRA_KUBELET_PLUGINS_DIR"] == str(node.root / "plugins")
+    assert env["DRA_CDI_DIR"] == str(node.root / "cdi")
+    d = DriverProcess(
+        node.root, node.ns, fwd_kubeconfig, node=NODE, pod_uid=pod["metadata"]["uid"],
+        env=env, driver=env["DRA_DRIVER_NAME"], own_flags=False,
+    )  # fmt: skip
+    node.drivers.append(d)
+    d.start()
+    info = d.get_info()
+    assert (info.name, info.endpoint) == (DRIVER, str(d.service_socket))
+    assert d.service_socket.parent == node.root / "plugins" / DRIVER
+    d.notify(True)
+    return d
+
+
+def slots(cluster: Cluster) -> str | None:
+    for s in cluster.slices(NODE, DRIVER):
+        for dev in s["spec"].get("devices") or []:
+            if dev["name"] == "netdev-virtual":
+                return str(dev["capacity"]["slots"]["value"])
+    return None
+
+
+def prepare_one(cluster: Cluster, d: DriverProcess, kns: str, name: str) -> None:
+    """A pod with a claim of the chart's class: the scheduler allocates it from the
+    driver's slice, the driver prepares it and writes its status (RBAC resourceNames of
+    the chart's driver name), then the kubelet's unprepare and the pod's removal."""
+    pod = claim_pod(kns, name, template="helm-veth")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    cluster.apply(pod)
+    pod = cluster.wait_bound(kns, name)
+    [claim] = cluster.kubelet_claims(pod, driver=DRIVER)
+    [result] = results(claim, DRIVER)
+    assert (result["pool"], result["device"]) == (NODE, "netdev-virtual")
+    resp = d.prepare([claim])
+    check_answer(resp, [claim], driver=DRIVER)
+    assert [f for f in spec_files(d) if claim["metadata"]["uid"] in f]
+
+    def status() -> Any:
+        got = cluster.claim(kns, claim["metadata"]["name"]).get("status", {}).get("devices")
+        return got if got and got[0]["driver"] == DRIVER else None
+
+    wait_for("status.devices written by the chart's driver", status, 15, log=d.log)
+    assert d.unprepare([claim]).claims[claim["metadata"]["uid"]].error == ""
+    cluster.finish_pod_deletion(kns, name)
+    cluster.wait_claims_released(kns, [claim["metadata"]["name"]])
+    assert "writing claim status failed" not in d.log()
+    assert "publishing ResourceSlices failed" not in d.log()
+
+
+@pytest.mark.timeout(600)
+def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: str) -> None:
+    node, helm = helm_node.node, helm_node.helm
+    values = install_values(node.root)
+    cluster.apply(veth_template(kns, "helm-veth", device_class=CLASS, driver=DRIVER))
+
+    # --- helm install ---------------------------------------------------------------
+    out = helm(
+        "install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        "--values", helm.values("install", values),
+    ).stdout  # fmt: skip
+    assert f"is installed as release {RELEASE} in namespace {NAMESPACE}" in out
+    [release] = helm.releases()
+    assert (release["status"], release["revision"]) == ("deployed", "1")
+    installed = helm.manifest()
+    assert {o["kind"] for o in installed} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
+    }  # fmt: skip
+    for obj in installed:
+        stored = cluster.get(object_path(cluster, obj))
+        assert stored["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+        assert stored["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+    # The DaemonSet controller makes one pod, for the one labelled node; the scheduler
+    # binds it there. The test runs it as the kubelet would, and reports it running.
+    [pod] = wait_for(
+        "the DaemonSet's pod",
+        lambda: [p for p in driver_pods(cluster) if p["spec"].get("nodeName")],
+        CONTROLLERS,
+    )
+    assert pod["spec"]["nodeName"] == NODE
+    assert pod["spec"]["serviceAccountName"] == NAME
+    assert pod["spec"]["priorityClassName"] == "system-node-critical"
+    kubeconfig = helm_node.kubeconfig(pod)
+    cluster.wait_policy_enforced(kubeconfig, POLICY, DRIVER)
+    old = run_pod(node, pod, kubeconfig)
+    cluster.report_pod_running(NAMESPACE, pod["metadata"]["name"])  # the kubelet's report
+
+    # Its slice, written with the chart's RBAC through the chart's admission policy.
+    wait_for("the driver's slice with 16 slots", lambda: slots(cluster) == "16", 15, log=old.log)
+    [stored] = cluster.slices(NODE, DRIVER)
+    assert stored["spec"]["pool"]["name"] == NODE
+    # The policy keeps this driver's token to its own node.
+    other = copy.deepcopy(stored)
+    other["metadata"] = {"name": f"{RELEASE}-elsewhere"}
+    other["spec"]["nodeName"] = other["spec"]["pool"]["name"] = "e2e-helm-elsewhere"
+    token = cluster.kubeconfig_token(kubeconfig)
+    with pytest.raises(ApiError) as err:
+        cluster.cp.request("POST", SLICES, other, token=token)
+    assert err.value.code == 403 and f"'{POLICY}'" in str(err.value)
+    # A claim of the chart's DeviceClass, allocated by the scheduler, is prepared.
+    prepare_one(cluster, old, kns, "before-upgrade")
+    assert "level=debug" not in old.log()
+
+    # --- helm upgrade: fewer slots, debug logging, no RDMA class -------------------------
+    values["settings"] |= {"virtualSlots": 4, "logLevel": "debug"}
+    values["deviceClasses"]["rdmaDevices"]["enabled"] = False
+    helm(
+        "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        "--values", helm.values("upgrade", values),
+    )  # fmt: skip
+    [release] = helm.releases()
+    assert (release["status"], release["revision"]) == ("deployed", "2")
+    assert cluster.get(f"{RESOURCE}/deviceclasses/helm-rdma-devices", missing_ok=True) is None
+    assert (
+        cluster.get(f"{RESOURCE}/deviceclasses/{CLASS}")["metadata"]["labels"][
+            "app.kubernetes.io/instance"
+        ]
+        == RELEASE
+    )
+
+    # The rolling update surges: a new pod beside the old one (maxSurge 1,
+    # maxUnavailable 0); the old one, ready, stays until the new one is ready.
+    def surged() -> list[dict[str, Any]] | None:
+        pods = [p for p in driver_pods(cluster) if p["spec"].get("nodeName")]
+        return pods if len(pods) == 2 else None
+
+    old_pod, new_pod = wait_for("a second driver pod on the node", surged, CONTROLLERS)
+    assert old_pod["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert (pod_env(old_pod)["DRA_VIRTUAL_SLOTS"], pod_env(new_pod)["DRA_VIRTUAL_SLOTS"]) == (
+        "16",
+        "4",
+    )
+    assert pod_env(new_pod)["DRA_LOG_LEVEL"] == "debug"
+    new = run_pod(node, new_pod, helm_node.kubeconfig(new_pod))
+    assert new.reg_socket != old.reg_socket and old.get_info().name == DRIVER  # both serve
+    wait_for("the new driver's slice with 4 slots", lambda: slots(cluster) == "4", 15, log=new.log)
+    assert not cluster.pod(NAMESPACE, old_pod["metadata"]["name"])["metadata"].get(
+        "deletionTimestamp"
+    ), "the old pod must stay while the new one is not ready (maxUnavailable 0)"
+    # The new pod is ready: only now the DaemonSet controller deletes the old one, whose
+    # container the kubelet stops before it removes the pod.
+    cluster.report_pod_running(NAMESPACE, new_pod["metadata"]["name"])
+    wait_for(
+        "the DaemonSet controller to delete the old pod",
+        lambda: cluster.pod(NAMESPACE, old_pod["metadata"]["name"])["metadata"].get(
+            "deletionTimestamp"
+        ),
+        CONTROLLERS,
+    )
+    old.stop()
+    cluster.finish_pod_deletion(NAMESPACE, old_pod["metadata"]["name"])
+    assert [p["metadata"]["uid"] for p in driver_pods(cluster)] == [new_pod["metadata"]["uid"]]
+    assert not driver_pods(cluster)[0]["metadata"].get("deletionTimestamp")
+    assert "level=debug" in new.log()
+    prepare_one(cluster, new, kns, "after-upgrade")
+    assert slots(cluster) == "4"
+
+    # --- helm uninstall -------------------------------------------------------------------
+    upgraded = helm.manifest()
+    helm("uninstall", RELEASE, "--namespace", NAMESPACE)
+    assert helm.releases() == []
+    for obj in upgraded:
+        path = object_path(cluster, obj)
+        assert cluster.get(path, missing_ok=True) is None, f"{path} is left"
+    # The garbage collector deletes the DaemonSet's pod (and revisions); the kubelet
+    # stops the driver and removes the pod, and the driver's slices once it is gone.
+    wait_for(
+        "the pod to be terminating",
+        lambda: all(p["metadata"].get("deletionTimestamp") for p in driver_pods(cluster)),
+        CONTROLLERS,
+    )
+    new.stop()
+    for p in driver_pods(cluster):
+        cluster.finish_pod_deletion(NAMESPACE, p["metadata"]["name"])
+    cluster.delete_slices(NODE, DRIVER)
+    wait_for(
+        "nothing of the release in the API server", lambda: not of_release(cluster), CONTROLLERS
+    )
+    assert cluster.slices(NODE, DRIVER) == []
