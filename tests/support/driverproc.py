@@ -88,7 +88,7 @@ class DriverProcess:
     @property
     def owner(self) -> str:
         """The owner ID this instance tags its interfaces with."""
-        return naming.owner_id(DRIVER, os.path.realpath(self.state))
+        return naming.owner_id(self.driver, os.path.realpath(self.state))
 
     @property
     def reg_socket(self) -> Path:
