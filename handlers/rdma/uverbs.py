@@ -23,6 +23,7 @@ KIND = devices.KIND
 ENV_DEVICE = "DRA_RDMA_DEVICE"
 
 SCHEMA: dict[str, Any] = {
+    "type": "object",
     "properties": {
         "kind": {"type": "string"},
         "netnsMode": {
