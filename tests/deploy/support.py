@@ -106,3 +106,15 @@ def makefile_var(name: str) -> str:
         if sep and left.strip() == name:
             return right.strip()
     raise AssertionError(f"Makefile has no {name} ?= ...")
+
+
+def k8scheck_run(binary: Path, *args: str, cases: list[Any]) -> list[Any]:
+    """Run the Kubernetes-library checker on `cases` (JSON); one result per case."""
+    res = subprocess.run(
+        [str(binary), *args], input=json.dumps(cases), capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    results = json.loads(res.stdout)
+    assert len(results) == len(cases)
+    return list(results)

@@ -13,59 +13,17 @@ tests skip and say so; DRA_SKIP_K8S_LIBS=1 skips them on purpose.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from dradriver import slices
 from dradriver.hookspecs import Device
 from tests.deploy import cel, test_cel
-from tests.deploy.support import DEPLOY, DRIVER, ROOT, device_classes, discover, selectors
+from tests.deploy.support import DEPLOY, DRIVER, device_classes, discover, selectors
+from tests.deploy.support import k8scheck_run as run
 from tests.deploy.test_selectors import constructed_devices, fabricated_sysfs
 
-SOURCE = Path(__file__).resolve().parent / "k8scheck"
 SA = "system:serviceaccount:dra-system:dra-driver"
 NODE_KEY = "authentication.kubernetes.io/node-name"
-
-
-@pytest.fixture(scope="module")
-def k8scheck() -> Path:
-    if os.environ.get("DRA_SKIP_K8S_LIBS"):
-        pytest.skip("DRA_SKIP_K8S_LIBS is set")
-    go = shutil.which("go") or (
-        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
-    )
-    if go is None:
-        pytest.skip("no Go toolchain: cannot build the Kubernetes-library checker")
-    out = ROOT / ".cache" / "deploy-tests" / "k8scheck"
-    env = {
-        **os.environ,
-        "GOTOOLCHAIN": "local",
-        "GOFLAGS": "-mod=readonly -modcacherw",
-        "GOCACHE": os.environ.get("GOCACHE", str(ROOT / ".cache" / "go" / "build")),
-        "GOMODCACHE": os.environ.get("GOMODCACHE", str(ROOT / ".cache" / "go" / "mod")),
-    }
-    res = subprocess.run(
-        [go, "build", "-o", str(out), "."], cwd=SOURCE, env=env, capture_output=True,
-        text=True, timeout=1200, check=False,
-    )  # fmt: skip
-    assert res.returncode == 0, f"building k8scheck failed:\n{res.stderr[-4000:]}"
-    return out
-
-
-def run(binary: Path, *args: str, cases: list) -> list:
-    res = subprocess.run(
-        [str(binary), *args], input=json.dumps(cases), capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    results = json.loads(res.stdout)
-    assert len(results) == len(cases)
-    return results
 
 
 def _mini(expr: str, driver: str, device: dict) -> dict:
