@@ -16,13 +16,14 @@ NAMESPACE ?= dra-system
 TIMEOUT ?= 300
 
 KCTL = $(KUBECTL) --context kind-$(CLUSTER)
-DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml
+DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml \
+	-f deploy/config-policy.yaml
 EXAMPLES = -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml
 NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --context kind-$(CLUSTER)
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean test lint proto test-kernel e2e bench
+	network-check restart logs debug clean test lint proto config-policy test-kernel e2e bench
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,13 +66,14 @@ build: ## build the driver image (IMAGE, default dra-driver:dev)
 load: ## load the driver image into the kind nodes
 	$(KIND) load docker-image $(IMAGE) --name $(CLUSTER)
 
-deploy: ## install namespace, RBAC, admission policy, DaemonSet and DeviceClasses
+deploy: ## install namespace, RBAC, admission policies, DaemonSet and DeviceClasses
 	$(KCTL) apply $(DRIVER_MANIFESTS)
 	$(KCTL) -n $(NAMESPACE) rollout status daemonset/dra-driver --timeout=$(TIMEOUT)s
 
 undeploy: ## remove the examples and the driver
 	-$(KCTL) delete --ignore-not-found --wait=true $(EXAMPLES)
-	-$(KCTL) delete --ignore-not-found -f deploy/resourceclass.yaml -f deploy/driver.yaml
+	-$(KCTL) delete --ignore-not-found -f deploy/config-policy.yaml -f deploy/resourceclass.yaml \
+		-f deploy/driver.yaml
 	-$(KCTL) delete --ignore-not-found -f deploy/namespace.yaml
 
 network-test: ## apply the example workloads and wait until their pods run
@@ -113,6 +115,10 @@ lint: ## ruff check, ruff format --check, mypy
 
 proto: ## regenerate the gRPC modules from dradriver/kubelet/proto/*.proto
 	$(PYTHON) hack/gen_proto.py
+
+config-policy: ## regenerate deploy/config-policy.yaml (admission policies) from the config schema
+	$(PYTHON) -m dradriver admission-policy > deploy/config-policy.yaml.tmp
+	mv deploy/config-policy.yaml.tmp deploy/config-policy.yaml
 
 test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipvlan, soft-RoCE)
 	PYTHON=$(PYTHON) hack/test-kernel.sh

@@ -14,7 +14,7 @@ from tests.deploy.support import KIND_CONFIG, ROOT, docs
 TARGETS = [
     *("all", "kind-image", "cluster", "build", "load", "deploy", "undeploy"),
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
-    *("test", "lint", "proto", "test-kernel", "e2e", "bench"),
+    *("test", "lint", "proto", "config-policy", "test-kernel", "e2e", "bench"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
 NO_TOOLS = ["DOCKER=true", "KIND=true", "KUBECTL=true", "SKIP_DUMMY_CHECK=1"]
@@ -132,6 +132,9 @@ def test_all_runs_the_steps_in_order():
         ("network-test", "apply -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml"),
         ("cluster", "--config kind-config.yaml"),
         ("deploy", "-f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml"),
+        ("deploy", "-f deploy/config-policy.yaml"),
+        ("undeploy", "delete --ignore-not-found -f deploy/config-policy.yaml"),
+        ("config-policy", "-m dradriver admission-policy > deploy/config-policy.yaml.tmp"),
     ],
 )
 def test_target_commands(make_available, target, command):
