@@ -44,6 +44,13 @@ STRING_KEYWORDS = {"pattern", "format", "minLength", "maxLength", "not"}
 NUMBER_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 ARRAY_KEYWORDS = {"items", "maxItems", "minItems", "uniqueItems"}
 OBJECT_KEYWORDS = {"properties", "additionalProperties", "required"}
+TRANSLATED = (
+    {"type", "enum", "const", "description"}
+    | STRING_KEYWORDS
+    | NUMBER_KEYWORDS
+    | ARRAY_KEYWORDS
+    | OBJECT_KEYWORDS
+)
 UNIQUE_BOUND = 64  # uniqueness is quadratic: checked only on lists up to this size
 SHOWN_CHARS = 40  # of a string value quoted in a message
 
@@ -136,10 +143,9 @@ class Translator:
             schema["description"] = description  # read by _string, checks nothing
         declared = schema.get("type")
         types = [declared] if isinstance(declared, str) else list(declared or [])
-        for kw in schema:
-            known = {"type", "enum", "const"} | STRING_KEYWORDS | NUMBER_KEYWORDS
-            if kw not in known | ARRAY_KEYWORDS | OBJECT_KEYWORDS | {"description"}:
-                self.warnings.append(f"{where}: keyword {kw} is not checked")
+        self.warnings += [
+            f"{where}: keyword {kw} is not checked" for kw in schema.keys() - TRANSLATED
+        ]
         parts = [p for p in (self._enum(v, schema, path), self._const(v, schema, path)) if p]
         for group, test_type, build in (
             (STRING_KEYWORDS, "string", self._string),
