@@ -24,14 +24,15 @@ HELM_ARGS ?=
 HELM_DAEMONSET = $(if $(findstring dra-driver,$(RELEASE)),$(RELEASE),$(RELEASE)-dra-driver)
 
 KCTL = $(KUBECTL) --context kind-$(CLUSTER)
-DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml
+DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml \
+	-f deploy/config-policy.yaml
 EXAMPLES = -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml
 NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --context kind-$(CLUSTER)
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean test test-faults lint proto test-kernel e2e bench \
-	helm manifests helm-lint helm-install helm-uninstall
+	network-check restart logs debug clean test test-faults lint proto config-policy test-kernel e2e \
+	bench helm manifests helm-lint helm-install helm-uninstall
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,7 +75,7 @@ build: ## build the driver image (IMAGE, default dra-driver:dev)
 load: ## load the driver image into the kind nodes
 	$(KIND) load docker-image $(IMAGE) --name $(CLUSTER)
 
-deploy: ## install namespace, RBAC, admission policy, DaemonSet and DeviceClasses
+deploy: ## install namespace, RBAC, admission policies, DaemonSet and DeviceClasses
 	$(KCTL) apply $(DRIVER_MANIFESTS)
 	$(KCTL) -n $(NAMESPACE) rollout status daemonset/dra-driver --timeout=$(TIMEOUT)s
 
@@ -98,7 +99,8 @@ helm-uninstall: ## uninstall the chart from kind (the namespace stays)
 
 undeploy: ## remove the examples and the driver
 	-$(KCTL) delete --ignore-not-found --wait=true $(EXAMPLES)
-	-$(KCTL) delete --ignore-not-found -f deploy/resourceclass.yaml -f deploy/driver.yaml
+	-$(KCTL) delete --ignore-not-found -f deploy/config-policy.yaml -f deploy/resourceclass.yaml \
+		-f deploy/driver.yaml
 	-$(KCTL) delete --ignore-not-found -f deploy/namespace.yaml
 
 network-test: ## apply the example workloads and wait until their pods run
@@ -143,6 +145,10 @@ lint: ## ruff check, ruff format --check, mypy
 
 proto: ## regenerate the protobuf modules next to dradriver/{kubelet,nri}/proto/*.proto
 	$(PYTHON) hack/gen_proto.py
+
+config-policy: ## regenerate deploy/config-policy.yaml (admission policies) from the config schema
+	$(PYTHON) -m dradriver admission-policy > deploy/config-policy.yaml.tmp
+	mv deploy/config-policy.yaml.tmp deploy/config-policy.yaml
 
 test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipvlan, soft-RoCE)
 	PYTHON=$(PYTHON) hack/test-kernel.sh

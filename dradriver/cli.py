@@ -1,4 +1,5 @@
-"""The `dra-driver` command: run, discover, handlers, validate-config, schema."""
+"""The `dra-driver` command: run, discover, handlers, validate-config, schema,
+admission-policy."""
 
 from __future__ import annotations
 
@@ -59,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schema of the opaque config")
     schema.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
     schema.set_defaults(func=_schema)
+
+    policy = sub.add_parser(
+        "admission-policy",
+        help="print the admission policies that refuse bad opaque configs at apply time",
+    )
+    policy.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
+    policy.set_defaults(func=_admission_policy)
     return parser
 
 
@@ -116,4 +124,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _schema(args: argparse.Namespace) -> int:
     print(ConfigSchema(HandlerRegistry(), args.driver_name).dumps())
+    return 0
+
+
+def _admission_policy(args: argparse.Namespace) -> int:
+    from dradriver import admission  # noqa: PLC0415 - only this command needs it
+
+    generated = admission.build(ConfigSchema(HandlerRegistry(), args.driver_name), args.driver_name)
+    for warning in generated.warnings:
+        print(f"dra-driver: not checked by the policy: {warning}", file=sys.stderr)
+    print(admission.render(generated, admission.header(args.driver_name)), end="")
     return 0

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 
+from dradriver import patterns
 from dradriver.errors import ConfigError
 from dradriver.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.registry import HandlerRegistry
@@ -19,15 +20,51 @@ from dradriver.registry import HandlerRegistry
 SCHEMA_ID = "https://github.com/dra-driver/dra-driver/config.schema.json"
 
 FORMATS = FormatChecker()
+CIDR_HINT = "must be an address with a prefix length, e.g. 10.0.0.2/24"
 
 
 @FORMATS.checks("cidr", raises=ValueError)
 def _is_cidr(value: object) -> bool:
-    """An interface address with prefix length, e.g. 10.0.0.2/24 or fd00::2/64."""
-    if not isinstance(value, str) or "/" not in value:
-        raise ValueError("must be an address with a prefix length, e.g. 10.0.0.2/24")
-    ipaddress.ip_interface(value)
+    """An interface address with prefix length, e.g. 10.0.0.2/24 or fd00::2/64.
+
+    Exactly what Kubernetes' CEL `isCIDR()` accepts (Go's netip.ParsePrefix, no
+    IPv4-mapped IPv6), so the admission policy and the driver agree: no netmask
+    notation, no leading zeros in the prefix length, no IPv6 zone.
+    """
+    if not isinstance(value, str):
+        return True  # the type keyword reports it
+    address, slash, bits = value.partition("/")
+    leading_zero = len(bits) > 1 and bits.startswith("0")
+    if not slash or not (bits.isascii() and bits.isdigit()) or leading_zero:
+        raise ValueError(CIDR_HINT)
+    if "%" in address:
+        raise ValueError("an IPv6 zone (%...) is not allowed")
+    interface = ipaddress.ip_interface(value)
+    if isinstance(interface, ipaddress.IPv6Interface) and interface.ip.ipv4_mapped:
+        raise ValueError("an IPv4-mapped IPv6 address is not allowed; write the IPv4 address")
     return True
+
+
+def _pattern(validator: Any, pattern: str, instance: object, schema: Mapping[str, Any]) -> Any:
+    """`pattern` read as RE2 and JSON Schema read it: `$` is the end of the string."""
+    if validator.is_type(instance, "string") and not patterns.search(pattern, str(instance)):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _is_integer(_checker: object, instance: object) -> bool:
+    """A JSON integer that fits in 64 bits (what the API server reads as one): not 1.0."""
+    return (
+        isinstance(instance, int)
+        and not isinstance(instance, bool)
+        and -(2**63) <= instance < 2**63
+    )
+
+
+_Validator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    validators={"pattern": _pattern},
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +83,7 @@ class ConfigSchema:
         """Assemble the schema from the handlers' fragments."""
         self.registry = registry
         self.schema = _build_schema(registry, driver_name)
-        self._validator = Draft202012Validator(self.schema, format_checker=FORMATS)
+        self._validator = _Validator(self.schema, format_checker=FORMATS)
 
     def issues(self, parameters: object) -> list[tuple[str, str]]:
         """Every (JSON path, reason) the schema finds in `parameters`, sorted by path."""
@@ -139,7 +176,7 @@ def _describe(error: ValidationError) -> list[tuple[str, str]]:
             return [(_join(path, k), "unknown field") for k in extra]
     if error.validator in ("allOf", "anyOf", "oneOf") and error.context:
         return [pair for sub in error.context for pair in _describe(sub)]
-    if error.validator == "pattern" and "description" in schema:
+    if error.validator in ("pattern", "not", "maxLength") and "description" in schema:
         return [(path, f"{error.instance!r} is invalid: {schema['description']}")]
     if error.validator == "format" and error.cause is not None:
         return [(path, f"{error.instance!r} is invalid: {error.cause}")]

@@ -18,8 +18,11 @@ from dradriver.errors import DeviceError
 from dradriver.hookspecs import DeviceRequest, NetworkData, Validated
 
 DEFAULT_INTERFACE_NAME = "eth1"
+# Schema patterns are plain regular expressions that Python and RE2 (CEL in the admission
+# policy) read alike: `$` is the end of the string, no lookaround.
 # Container interface names: 1-15 ASCII bytes, no '/', ':' or white space; not lo, ., ..
-INTERFACE_NAME_PATTERN = r"^(?!lo$)(?!\.\.?$)[!-.0-9;-~]{1,15}$"
+INTERFACE_NAME_PATTERN = r"^[!-.0-9;-~]{1,15}$"
+RESERVED_INTERFACE_NAMES = ["lo", ".", ".."]
 ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 
@@ -28,12 +31,14 @@ COMMON_PROPERTIES: dict[str, Any] = {
     "interfaceName": {
         "type": "string",
         "pattern": INTERFACE_NAME_PATTERN,
+        "maxLength": 15,
+        "not": {"enum": RESERVED_INTERFACE_NAMES},
         "default": DEFAULT_INTERFACE_NAME,
         "description": "name inside the container: 1-15 ASCII bytes, no '/', ':' or "
         "white space, not lo, . or ..",
     },
     "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
-    "macAddress": {"type": "string", "pattern": ETHERNET_MAC_PATTERN},
+    "macAddress": {"type": "string", "pattern": ETHERNET_MAC_PATTERN, "maxLength": 17},
     "ipAddresses": {
         "type": "array",
         "items": {"type": "string", "format": "cidr"},
@@ -45,6 +50,7 @@ COMMON_PROPERTIES: dict[str, Any] = {
 PARENT = {
     "type": "string",
     "pattern": r"^[!-.0-9;-~]{1,15}$",
+    "maxLength": 15,
     "description": "a host interface name (1-15 ASCII bytes, no '/', ':' or white space)",
 }
 
@@ -55,7 +61,12 @@ def schema(
     """A kind's schema: the common fields (minus `drop`) plus `extra`, nothing else."""
     properties = {k: v for k, v in COMMON_PROPERTIES.items() if k not in drop}
     properties.update(extra)
-    return {"properties": properties, "required": list(required), "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ _STATE = re.compile(r"^\d+:\s*(\w+)$")
 
 # The `rdma` object of a config: type rdma, and combo/roce's RDMA half.
 SCHEMA: dict[str, Any] = {
+    "type": "object",
     "properties": {
         "kind": {"type": "string"},
         "netnsMode": {

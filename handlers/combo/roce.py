@@ -26,6 +26,7 @@ class RoceHandler:
     def schema(self, kind: str) -> Mapping[str, Any]:
         """kind, rdma (as for type rdma) and netdev (the common netdev fields)."""
         return {
+            "type": "object",
             "properties": {
                 "kind": {"type": "string"},
                 "rdma": rdma.SCHEMA,

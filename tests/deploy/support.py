@@ -130,3 +130,31 @@ def makefile_var(name: str) -> str:
         if sep and left.strip() == name:
             return right.strip()
     raise AssertionError(f"Makefile has no {name} ?= ...")
+
+
+def admission_request(
+    obj: dict[str, Any],
+    params: list[dict[str, Any]],
+    op: str = "CREATE",
+    old: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A k8scheck `vap` case: creating (or updating) `obj` with `params` (DeviceClasses)."""
+    resources = {
+        "ResourceClaim": "resourceclaims",
+        "ResourceClaimTemplate": "resourceclaimtemplates",
+        "DeviceClass": "deviceclasses",
+    }
+    return {
+        "operation": op,
+        "kind": obj["kind"],
+        "resource": resources[obj["kind"]],
+        "namespace": obj["metadata"].get("namespace", ""),
+        "object": obj,
+        "oldObject": old,
+        "params": params,
+    }
+
+
+def deployed_classes() -> list[dict[str, Any]]:
+    """The DeviceClasses of deploy/, as the API server holds them after `make deploy`."""
+    return list(device_classes().values())

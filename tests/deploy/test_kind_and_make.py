@@ -15,7 +15,7 @@ from tests.support import hosttools
 TARGETS = [
     *("all", "kind-image", "cluster", "build", "load", "deploy", "undeploy"),
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
-    *("test", "lint", "proto", "test-kernel", "e2e", "bench"),
+    *("test", "test-faults", "lint", "proto", "config-policy", "test-kernel", "e2e", "bench"),
     *("helm", "manifests", "helm-lint", "helm-install", "helm-uninstall"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
@@ -140,6 +140,9 @@ def test_all_runs_the_steps_in_order():
         ("helm-install", " upgrade --install dra-driver deploy/helm/dra-driver"),
         ("helm-install", "rollout status daemonset/dra-driver "),
         ("helm-uninstall", " uninstall dra-driver --kube-context kind-dra-driver"),
+        ("deploy", "-f deploy/config-policy.yaml"),
+        ("undeploy", "delete --ignore-not-found -f deploy/config-policy.yaml"),
+        ("config-policy", "-m dradriver admission-policy > deploy/config-policy.yaml.tmp"),
     ],
 )
 def test_target_commands(make_available, target, command):

@@ -32,6 +32,7 @@ EXPECTED_FILES = {
     "namespace.yaml",
     "driver.yaml",
     "resourceclass.yaml",
+    "config-policy.yaml",
     "deployment.yaml",
     "multi-nic-deployment.yaml",
 }

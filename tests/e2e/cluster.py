@@ -9,9 +9,10 @@ DELETE with grace period 0, see `Cluster.finish_pod_deletion`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -29,6 +30,8 @@ RESOURCE = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE}/resourceslices"
 DRIVER_NAMESPACE = "dra-system"
 DRIVER_SA = "dra-driver"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+CONFIG_POLICY = DEPLOY / "config-policy.yaml"
 # How long to wait for kube-scheduler or kube-controller-manager to act. Normally well
 # under a second; after a kube-apiserver restart their informers back off on the errors
 # they met meanwhile (up to client-go's 30 s cap) before they see changes again.
@@ -38,6 +41,37 @@ CONTROLLERS = 90.0
 def driver_manifests() -> list[dict[str, Any]]:
     """deploy/driver.yaml without its DaemonSet (no kubelet could run it), unchanged."""
     return [d for d in load_documents(DEPLOY / "driver.yaml") if d["kind"] != "DaemonSet"]
+
+
+def config_policy_manifests() -> list[dict[str, Any]]:
+    """deploy/config-policy.yaml: the opaque-config admission policies and bindings."""
+    return load_documents(CONFIG_POLICY)
+
+
+def config_probes() -> dict[str, dict[str, Any]]:
+    """For each config policy, a claim only it refuses (created with dryRun: nothing stays).
+    The merged policy (the one with DeviceClass params) sees a macvlan without parent,
+    the other an MTU of 1."""
+    probes = {}
+    for doc in config_policy_manifests():
+        if doc["kind"] != "ValidatingAdmissionPolicy":
+            continue
+        netdev = {"kind": "macvlan"} if "paramKind" in doc["spec"] else {"mtu": 1}
+        params = {"type": "netdev", "netdev": netdev}
+        probes[doc["metadata"]["name"]] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "e2e-config-policy-probe", "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "nic", "exactly": {"deviceClassName": "virtual-network"}}
+                    ],
+                    "config": [{"opaque": {"driver": DRIVER, "parameters": params}}],
+                }
+            },
+        }
+    return probes
 
 
 def example_objects(path: Path, namespace: str) -> list[dict[str, Any]]:
@@ -80,8 +114,10 @@ class Cluster:
         self.cp.apply(DEPLOY / "namespace.yaml")
         self.cp.apply(driver_manifests())
         self.cp.apply(DEPLOY / "resourceclass.yaml")
+        self.cp.apply(config_policy_manifests())
         self.node_uid, self.driver_kubeconfig = self.add_node(self.node)
         self.wait_policy_enforced()
+        self.wait_config_policy(enforced=True)
 
     def add_node(self, name: str) -> tuple[str, Path]:
         """A Node, and a kubeconfig with a token of the driver's ServiceAccount bound to
@@ -131,6 +167,48 @@ class Cluster:
             return False
 
         wait_for(f"admission policy {policy} to be enforced", refused, 30)
+
+    def config_policy_refuses(self, policy: str, claim: dict[str, Any]) -> bool:
+        """Whether `policy` refuses to create `claim` now (a dry run: nothing is stored)."""
+        path = f"{RESOURCE}/namespaces/default/resourceclaims?dryRun=All"
+        try:
+            self.cp.request("POST", path, claim)
+        except ApiError as e:
+            if e.code == 422 and f"ValidatingAdmissionPolicy '{policy}'" in str(e):
+                return True
+            raise
+        return False
+
+    def wait_config_policy(self, enforced: bool, timeout: float = 30) -> None:
+        """Like the slice policy, the config policies (and the DeviceClass params of the
+        merged one) act only once the API server's informers have them: probe each with
+        a claim that only it refuses until it is (or, after a binding's removal, is no
+        longer) refused."""
+        state = "enforced" if enforced else "lifted"
+        for policy, claim in config_probes().items():
+
+            def reached(p: str = policy, c: dict[str, Any] = claim) -> bool:
+                return self.config_policy_refuses(p, c) == enforced
+
+            wait_for(f"admission policy {policy} to be {state}", reached, timeout)
+
+    @contextlib.contextmanager
+    def config_policy_lifted(self) -> Iterator[None]:
+        """The config policies' bindings removed for a while (a cluster that has not
+        installed deploy/config-policy.yaml), and back afterwards, enforced again."""
+        bindings = [
+            d for d in config_policy_manifests() if d["kind"] == "ValidatingAdmissionPolicyBinding"
+        ]
+        for binding in bindings:
+            self.delete(
+                f"{ADMISSION}/validatingadmissionpolicybindings/{binding['metadata']['name']}"
+            )
+        try:
+            self.wait_config_policy(enforced=False)
+            yield
+        finally:
+            self.cp.apply(bindings)
+            self.wait_config_policy(enforced=True)
 
     # ------------------------------------------------------------------ raw
     def get(self, path: str, missing_ok: bool = False) -> Any:

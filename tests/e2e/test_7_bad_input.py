@@ -1,6 +1,8 @@
 """Scenario 7: claims the driver must refuse or ignore, as the real API server and
-scheduler produce them: invalid opaque config (which the API does not validate), a
-claim of another driver, a claim replaced under the same name, a claim not allocated."""
+scheduler produce them: invalid opaque config (which the API itself does not validate;
+deploy/config-policy.yaml refuses it at creation, so it is lifted here, as in a cluster
+without it), a claim of another driver, a claim replaced under the same name, a claim
+not allocated."""
 
 from __future__ import annotations
 
@@ -91,12 +93,13 @@ def other_driver(cluster: Cluster) -> Iterator[None]:
 
 def test_invalid_config_is_a_per_claim_error(cluster: Cluster, node: Node, kns: str) -> None:
     d = started(node)
-    cluster.apply(
-        [
-            veth_claim(kns, "good", interfaceName="net1"),
-            veth_claim(kns, "bad", interfaceName="net2", mtu=10),
-        ]
-    )
+    with cluster.config_policy_lifted():
+        cluster.apply(
+            [
+                veth_claim(kns, "good", interfaceName="net1"),
+                veth_claim(kns, "bad", interfaceName="net2", mtu=10),
+            ]
+        )
     cluster.apply(pod_with(kns, "app", ["good", "bad"]))
     pod = cluster.wait_bound(kns, "app")
     claims = cluster.kubelet_claims(pod)

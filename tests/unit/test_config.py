@@ -1,3 +1,6 @@
+"""The config schema: defaults, JSON paths in errors, and the invalid configs that
+tests/support/configcases.py also runs through the admission policy."""
+
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -6,6 +9,41 @@ from dradriver.errors import ConfigError
 from dradriver.hookspecs import Device
 from dradriver.registry import HandlerRegistry
 from tests.support.handlers import virtual_device
+
+# Invalid configs, shared with the admission-policy tests (tests/support/configcases.py).
+MANY_ERRORS = {
+    "type": "netdev",
+    "netdev": {
+        "kind": "macvlan",
+        "parent": "eth0",
+        "mtu": 70000,
+        "bogus": True,
+        "ipAddresses": ["10.0.0.1"],
+        "interfaceName": "lo",
+    },
+}
+MANY_ERRORS_PATHS = [
+    "$.netdev.bogus",
+    "$.netdev.interfaceName",
+    "$.netdev.ipAddresses[0]",
+    "$.netdev.mtu",
+]
+MISSING_PARENT_BAD_MODE = {"type": "netdev", "netdev": {"kind": "macvlan", "mode": "shared"}}
+UNKNOWN_KIND = {"type": "netdev", "netdev": {"kind": "tap"}}
+BAD_INTERFACE_NAMES = ["", "a" * 16, "lo", ".", "..", "a b", "a/b", "a:b", "é", "net1\n"]
+BAD_CIDR = {"type": "netdev", "netdev": {"kind": "veth", "ipAddresses": ["10.1.2.3/40"]}}
+BAD_CIDRS = [
+    "10.0.0.1",
+    "10.1.2.3/40",
+    "fd00::1/129",
+    "10.0.0.1/024",
+    "10.0.0.1/255.255.255.0",
+    "::ffff:10.0.0.1/104",
+    "fe80::1%eth0/64",
+    "10.0.0.256/24",
+    "",
+    "10.0.0.1/24 ",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,44 +95,24 @@ def test_type_without_kind_takes_the_device_kind_when_types_agree(schema):
 
 def test_errors_carry_json_paths_of_every_bad_field(schema):
     with pytest.raises(ConfigError) as err:
-        schema.resolve(
-            {
-                "type": "netdev",
-                "netdev": {
-                    "kind": "macvlan",
-                    "parent": "eth0",
-                    "mtu": 70000,
-                    "bogus": True,
-                    "ipAddresses": ["10.0.0.1"],
-                    "interfaceName": "lo",
-                },
-            },
-            None,
-        )
+        schema.resolve(MANY_ERRORS, None)
     paths = [p for p, _ in err.value.issues]
-    assert paths == [
-        "$.netdev.bogus",
-        "$.netdev.interfaceName",
-        "$.netdev.ipAddresses[0]",
-        "$.netdev.mtu",
-    ]
+    assert paths == MANY_ERRORS_PATHS
     assert "unknown field" in str(err.value)
 
 
 def test_missing_parent_and_bad_mode(schema):
-    issues = dict(
-        schema.issues({"type": "netdev", "netdev": {"kind": "macvlan", "mode": "shared"}})
-    )
+    issues = dict(schema.issues(MISSING_PARENT_BAD_MODE))
     assert "'parent' is a required property" in issues["$.netdev"]
     assert "is not one of" in issues["$.netdev.mode"]
 
 
 def test_unknown_kind_lists_the_available_ones(schema):
-    issues = dict(schema.issues({"type": "netdev", "netdev": {"kind": "tap"}}))
+    issues = dict(schema.issues(UNKNOWN_KIND))
     assert "veth" in issues["$.netdev.kind"] and "macvlan" in issues["$.netdev.kind"]
 
 
-@pytest.mark.parametrize("name", ["", "a" * 16, "lo", ".", "..", "a b", "a/b", "a:b", "é"])
+@pytest.mark.parametrize("name", BAD_INTERFACE_NAMES)
 def test_bad_container_interface_names(schema, name):
     issues = dict(
         schema.issues({"type": "netdev", "netdev": {"kind": "veth", "interfaceName": name}})
@@ -108,8 +126,41 @@ def test_good_cidrs_and_bad_ones(schema):
         "netdev": {"kind": "veth", "ipAddresses": ["10.1.2.3/24", "fd00::5/64"]},
     }
     assert schema.issues(ok) == []
-    bad = {"type": "netdev", "netdev": {"kind": "veth", "ipAddresses": ["10.1.2.3/40"]}}
+    assert list(dict(schema.issues(BAD_CIDR))) == ["$.netdev.ipAddresses[0]"]
+
+
+@pytest.mark.parametrize("cidr", BAD_CIDRS)
+def test_cidrs_are_what_kubernetes_calls_cidrs(schema, cidr):
+    """Prefix length in decimal without leading zeros; no netmask, zone or IPv4-mapped
+    IPv6 (what Kubernetes' CEL isCIDR() refuses too, see the admission policy)."""
+    bad = {"type": "netdev", "netdev": {"kind": "veth", "ipAddresses": [cidr]}}
     assert list(dict(schema.issues(bad))) == ["$.netdev.ipAddresses[0]"]
+
+
+@pytest.mark.parametrize(
+    "cidr", ["0.0.0.0/0", "::/0", "10.0.0.1/32", "fd00::1/128", "::1.2.3.4/96"]
+)
+def test_unusual_cidrs_the_driver_accepts(schema, cidr):
+    ok = {"type": "netdev", "netdev": {"kind": "veth", "ipAddresses": [cidr]}}
+    assert schema.issues(ok) == []
+
+
+@pytest.mark.parametrize("mtu", [1500.0, True, "1500", 2**63, None])
+def test_integers_are_json_integers_of_64_bits(schema, mtu):
+    """1500.0 is a JSON number, not an integer (the API server's CEL sees a double)."""
+    bad = {"type": "netdev", "netdev": {"kind": "veth", "mtu": mtu}}
+    assert "$.netdev.mtu" in dict(schema.issues(bad))
+
+
+def test_dollar_is_the_end_of_the_string(schema):
+    """Python's `$` also matches before a trailing newline; schema patterns do not."""
+    bad = {"type": "netdev", "netdev": {"kind": "veth", "macAddress": "aa:bb:cc:dd:ee:ff\n"}}
+    assert list(dict(schema.issues(bad))) == ["$.netdev.macAddress"]
+
+
+def test_nested_objects_must_be_objects(schema):
+    bad = {"type": "combo", "combo": {"kind": "roce", "rdma": "shared", "netdev": []}}
+    assert sorted(dict(schema.issues(bad))) == ["$.combo.netdev", "$.combo.rdma"]
 
 
 def test_parameters_must_be_an_object(schema):

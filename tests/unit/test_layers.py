@@ -10,10 +10,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Each group may import itself and the groups listed for it.
 LAYERS: dict[str, set[str]] = {
-    "foundation": {"errors", "log", "naming", "atomicfile", "metrics", "hookspecs"},
+    "foundation": {"errors", "log", "naming", "atomicfile", "metrics", "hookspecs", "patterns"},
     "effects": {"netlink", "rtnl", "kubeconfig", "kubeapi", "kit.sysfs"},
     "kit": {"kit", "kit.netconfig", "kit.hostif", "kit.rdma"},
-    "core": {"registry", "config", "claims", "cdi", "records", "slices", "settings"},
+    "core": {
+        "registry",
+        "config",
+        "claims",
+        "cdi",
+        "records",
+        "slices",
+        "settings",
+        "admission",
+        "admission.cel",
+        "admission.schema",
+        "admission.fragment",
+        "admission.merged",
+    },
     "services": {"inventory", "plan", "lifecycle", "prepare", "gc", "status", "publisher"},
     "kubelet": {"kubelet", "kubelet.sockets", "kubelet.server", "kubelet.proto"},
     "nri": {

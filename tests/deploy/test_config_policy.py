@@ -1,0 +1,268 @@
+"""deploy/config-policy.yaml: what the generator prints, and what Kubernetes' own admission
+code (k8s.io/apiserver v0.36.3, tests/deploy/k8scheck) makes of it.
+
+* The file is `dra-driver admission-policy`'s output: editing one without the other fails.
+* It compiles for new expressions in the CEL environment of Kubernetes 1.33 and of the
+  library's own version, as a 1.34 and a 1.36 API server require to create it.
+* The table of tests/support/configcases.py: each invalid config is refused, naming its
+  fields, in a ResourceClaim, a ResourceClaimTemplate and (where a DeviceClass alone shows
+  it) a DeviceClass; each valid one and every example of deploy/ and README.md is
+  accepted; nothing is refused by an evaluation error.
+* Configs of other drivers are never looked at; DeviceClass updates are checked only when
+  their config changes; firstAvailable subrequests merge with their own class.
+* The driver agrees with the table (test_config_policy_corpus.py compares the two on a
+  corpus derived from the schema, and measures the cost).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import pytest
+
+from dradriver.admission.schema import types_of
+from dradriver.claims import deep_merge
+from dradriver.config import ConfigSchema
+from dradriver.errors import ConfigError
+from dradriver.hookspecs import Device
+from dradriver.registry import HandlerRegistry
+from tests.deploy.support import (
+    DEPLOY,
+    DRIVER,
+    admission_request,
+    deployed_classes,
+    device_classes,
+    run_driver,
+    run_k8scheck,
+)
+from tests.support import configcases as cc
+from tests.support.handlers import virtual_device
+
+POLICY = DEPLOY / "config-policy.yaml"
+SCHEMA = ConfigSchema(HandlerRegistry(), DRIVER)
+KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
+
+
+def test_the_file_is_the_generators_output():
+    res = run_driver("admission-policy")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "", "the built-in handlers' schema must translate fully"
+    assert res.stdout == POLICY.read_text(), (
+        "deploy/config-policy.yaml differs from `dra-driver admission-policy`: "
+        "run make config-policy"
+    )
+
+
+def _objects(case: cc.Case, kind: str, n: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The object of `kind` for a case and the DeviceClasses the API server would hold."""
+    params = deployed_classes()
+    if kind == "DeviceClass":
+        return cc.device_class(f"case-{n}", case.configs), params
+    class_name = None
+    if case.class_configs is not None:
+        class_name = f"case-class-{n}"
+        params.append(cc.device_class(class_name, case.class_configs))
+    obj = cc.claim(f"case-{n}", case.configs, case.type, class_name, kind)
+    obj["metadata"]["namespace"] = "default"
+    return obj, params
+
+
+@pytest.mark.parametrize("compat", ["1.33", ""])
+def test_compiles_for_new_expressions(k8scheck, compat):
+    args = ["vap", compat, str(POLICY)] if compat else ["vap", str(POLICY)]
+    assert run_k8scheck(k8scheck, *args, cases=[]) == []
+
+
+def _table() -> list[tuple[str, str, tuple[str, ...], str, dict[str, Any], list[dict[str, Any]]]]:
+    rows = []
+    for n, case in enumerate(cc.cases()):
+        for kind in KINDS:
+            if kind == "DeviceClass" and case.class_configs is not None:
+                continue  # the case is about a claim merged with its class
+            obj, params = _objects(case, kind, n)
+            want = case.class_paths if kind == "DeviceClass" else case.paths
+            rows.append((case.name, kind, want, f"case-class-{n}", obj, params))
+    return rows
+
+
+def test_table_of_configs(k8scheck):
+    rows = _table()
+    results = run_k8scheck(
+        k8scheck,
+        "vap",
+        str(POLICY),
+        cases=[admission_request(obj, params) for *_, obj, params in rows],
+    )
+    wrong = []
+    for (name, kind, want, class_name, _, _), got in zip(rows, results, strict=True):
+        label = f"{name} [{kind}]"
+        if got["errors"]:
+            wrong.append(f"{label}: evaluation errors {got['errors']}")
+        if got["allowed"] == bool(want):
+            wrong.append(
+                f"{label}: allowed={got['allowed']}, want refused for {want}: {got['messages']}"
+            )
+            continue
+        text = " ".join(got["messages"])
+        for path in want:
+            full = cc.full_path(kind, path, class_name)
+            if f"{full}:" not in text:
+                wrong.append(f"{label}: the message does not name {full}: {text}")
+    assert not wrong, "\n".join(wrong)
+    assert sum(1 for r in rows if r[2]) >= 80, "the table lost its invalid cases"
+
+
+def test_every_example_of_deploy_and_readme_is_accepted(k8scheck):
+    examples = cc.examples()
+    sources = {e.source.split(":")[0] for e in examples}
+    assert {
+        "deployment.yaml",
+        "multi-nic-deployment.yaml",
+        "resourceclass.yaml",
+        "README.md",
+    } <= sources
+    assert len(examples) >= 8, [e.source for e in examples]
+    results = run_k8scheck(
+        k8scheck,
+        "vap",
+        str(POLICY),
+        cases=[admission_request(e.obj, deployed_classes()) for e in examples],
+    )
+    wrong = [
+        f"{e.source}: {got}"
+        for e, got in zip(examples, results, strict=True)
+        if not got["allowed"] or got["errors"]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_configs_of_other_drivers_are_untouched(k8scheck):
+    garbage = [{"type": 5, "netdev": {"kind": "tap", "mtu": -1}, "anything": [1, 2]}]
+    claim = cc.claim("other", garbage)
+    for entry in claim["spec"]["devices"]["config"]:
+        entry["opaque"]["driver"] = "gpu.example.com"
+    device_class = cc.device_class("other", garbage)
+    device_class["spec"]["config"][0]["opaque"]["driver"] = "gpu.example.com"
+    mixed = cc.claim("mixed", [cc.nd(kind="veth", mtu=1)])
+    mixed["spec"]["devices"]["config"].append(copy.deepcopy(claim["spec"]["devices"]["config"][0]))
+    cases = [
+        admission_request(claim, deployed_classes()),
+        admission_request(device_class, deployed_classes()),
+        admission_request(mixed, deployed_classes()),
+    ]
+    results = run_k8scheck(k8scheck, "vap", str(POLICY), cases=cases)
+    assert [r["allowed"] for r in results] == [True, True, False]
+    assert "config[0].opaque.parameters.netdev.mtu" in results[2]["messages"][0]
+    assert "config[1]" not in " ".join(results[2]["messages"])
+    assert results[0]["cost"] == results[1]["cost"] == 0, "match conditions stop the policy"
+
+
+def test_device_class_updates_are_checked_only_when_the_config_changes(k8scheck):
+    bad = cc.device_class("c", [cc.nd(mtu=1)])
+    relabelled = copy.deepcopy(bad)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    good = cc.device_class("c", [cc.nd(mtu=1500)])
+    cases = [
+        admission_request(
+            relabelled, [], "UPDATE", old=bad
+        ),  # stored before the policy: still usable
+        admission_request(bad, [], "UPDATE", old=good),
+        admission_request(good, [], "UPDATE", old=bad),
+    ]
+    results = run_k8scheck(k8scheck, "vap", str(POLICY), cases=cases)
+    assert [r["allowed"] for r in results] == [True, False, True]
+
+
+def test_first_available_subrequests_merge_with_their_own_class(k8scheck):
+    claim = cc.claim(
+        "fa", [cc.nd(kind="macvlan"), {"requests": ["nic/b"], "netdev": {"parent": "eth0"}}]
+    )
+    claim["spec"]["devices"]["requests"][0] = {
+        "name": "nic",
+        "firstAvailable": [
+            {"name": "a", "deviceClassName": "virtual-network"},
+            {"name": "b", "deviceClassName": "virtual-network"},
+        ],
+    }
+    claim["spec"]["devices"]["config"][0]["requests"] = ["nic"]
+    [got] = run_k8scheck(
+        k8scheck, "vap", str(POLICY), cases=[admission_request(claim, deployed_classes())]
+    )
+    assert not got["allowed"] and not got["errors"]
+    text = " ".join(got["messages"])
+    assert "request nic/a at spec.devices.requests[0].firstAvailable[0]" in text, text
+    assert "nic/b" not in text, "subrequest b has its parent"
+
+
+# ------------------------------------------------------------ the driver agrees
+
+DEVICES = [
+    virtual_device("netdev-virtual"),
+    Device("nic-eth1", {"type": "netdev", "kind": "host-device"}),
+    Device("vf-0", {"type": "netdev", "kind": "sriov-vf"}),
+    Device("rdma-0", {"type": "rdma", "kind": "uverbs"}),
+]
+
+
+def _merged(configs: list[dict[str, Any]], prefix: dict[str, Any] | None = None) -> Any:
+    merged: Any = prefix
+    for params in configs:
+        merged = deep_merge(merged, {k: v for k, v in params.items() if k != "requests"})
+    return merged
+
+
+def _valid(params: Any, device: Device) -> bool:
+    try:
+        SCHEMA.resolve(params, device)
+    except ConfigError:
+        return False
+    return True
+
+
+def _class_configs(case: cc.Case) -> list[dict[str, Any]]:
+    if case.class_configs is not None:
+        return list(case.class_configs)
+    spec = device_classes()[cc.CLASS_OF_TYPE[case.type]]["spec"]
+    return [c["opaque"]["parameters"] for c in spec.get("config") or []]
+
+
+def _completions() -> list[dict[str, Any] | None]:
+    """Configs that could come with a fragment: none, or one naming each kind."""
+    out: list[dict[str, Any] | None] = [None]
+    for t in types_of(SCHEMA.schema):
+        for kind, spec in t.kinds.items():
+            out.append(
+                {"type": t.name, t.name: {"kind": kind, **{f: "eth0" for f in spec.required}}}
+            )
+    return out
+
+
+def _somewhere(configs: list[dict[str, Any]], before: list[dict[str, Any]]) -> bool:
+    """Whether the driver accepts `configs` after `before` for some device, with or
+    without one more config naming a kind before or after them all (another class's, or
+    a claim's)."""
+    for extra, device in itertools.product(_completions(), DEVICES):
+        if _valid(_merged(before + configs, extra), device):
+            return True
+        if extra is not None and _valid(_merged([*before, *configs, extra]), device):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("case", cc.cases(), ids=lambda c: c.name)
+def test_the_driver_agrees_with_the_table(case):
+    """What the policy refuses the driver refuses for every device; what it accepts the
+    driver accepts in some context (a device, another config naming the kind)."""
+    configs = [p for p in case.configs if (p.get("requests") or ["nic"]) == ["nic"]]
+    if case.paths:
+        merged = _merged(_class_configs(case) + configs)
+        assert not any(_valid(merged, d) for d in DEVICES), f"{case.name}: the driver accepts it"
+    else:
+        assert _somewhere(configs, _class_configs(case)), f"{case.name}: the driver refuses it"
+    if case.class_configs is None and case.class_paths:
+        merged = _merged(list(case.configs))
+        assert not any(_valid(merged, d) for d in DEVICES), f"{case.name}: a class could have it"
+    elif case.class_configs is None:
+        assert _somewhere(list(case.configs), []), f"{case.name}: no claim could use the class"

@@ -1,0 +1,252 @@
+"""deploy/config-policy.yaml against the driver on a corpus derived from the schema, and
+its cost, with Kubernetes' own admission code (tests/deploy/k8scheck).
+
+* Every field of every kind with boundary and wrong values (and 40 spellings of CIDRs):
+  the policy refuses exactly what the driver refuses and names only fields the driver
+  names.
+* The costliest objects the API admits are refused by the policy, not by a cost error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dradriver.admission.schema import types_of
+from dradriver.config import ConfigSchema
+from dradriver.registry import HandlerRegistry
+from tests.deploy.support import (
+    DEPLOY,
+    DRIVER,
+    admission_request,
+    deployed_classes,
+    run_k8scheck,
+)
+from tests.support import configcases as cc
+
+POLICY = DEPLOY / "config-policy.yaml"
+SCHEMA = ConfigSchema(HandlerRegistry(), DRIVER)
+RUNTIME_BUDGET = 10_000_000  # k8s.io/apiserver/pkg/apis/cel: per policy evaluation
+
+GENERIC = [None, True, 0, -1, 7, 1.5, "", "x", "eth0", [], {}, ["x"], {"x": 1}]
+STRINGS = [
+    "a" * 15,
+    "a" * 16,
+    "lo",
+    ".",
+    "..",
+    "a b",
+    "a/b",
+    "a:b",
+    "é",
+    "net1\n",
+    "-",
+    "aa:bb:cc:dd:ee:ff",
+    "AA:BB:CC:DD:EE:FF",
+    "aa:bb:cc:dd:ee:ff\n",
+    "aa:bb:cc:dd:ee",
+    "aa:bb:cc:dd:ee:f",
+    "aa:bb:cc:dd:ee:ff:00",
+    "ib0.8001",
+]
+CIDRS = [
+    "10.0.0.2/24",
+    "0.0.0.0/0",
+    "10.0.0.2/32",
+    "10.0.0.2/33",
+    "10.0.0.2",
+    "10.0.0.2/",
+    "10.0.0.2/024",
+    "10.0.0.2/+24",
+    "10.0.0.2/ 24",
+    "10.0.0.2/24 ",
+    " 10.0.0.2/24",
+    "10.0.0.2/255.255.255.0",
+    "010.0.0.2/24",
+    "10.0.0.256/24",
+    "10.0.0/24",
+    "10.0.0.2.1/24",
+    "fd00::2/64",
+    "::/0",
+    "::1/128",
+    "fd00::2/129",
+    "FD00::A/64",
+    "fd00:0:0:0:0:0:0:2/64",
+    "fd00::0002/64",
+    "fd00::00002/64",
+    "fd00::2::3/64",
+    "::ffff:10.0.0.2/104",
+    "::10.0.0.2/96",
+    "1:2:3:4:5:6:10.0.0.2/64",
+    "fe80::1%eth0/64",
+    "fd00::2/064",
+    "1:2:3:4:5:6:7::/64",
+    "::1:2:3:4:5:6:7/64",
+    "1:2:3:4:5:6:7:8/64",
+    "1:2:3:4:5:6:7:8:9/64",
+    "10.0.0.2/24/1",
+    "10.0.0.2//24",
+    "/24",
+    "abc",
+    "10.0.0.2/\u0662\u0664",
+    "\u0661\u0660.0.0.2/24",
+]
+
+
+def _values(schema: dict[str, Any]) -> list[Any]:
+    values: list[Any] = [*GENERIC]
+    if schema.get("type") == "string" or "enum" in schema:
+        values += STRINGS
+    for kw in ("minimum", "maximum"):
+        if kw in schema:
+            n = schema[kw]
+            values += [n - 1, n, n + 1, float(n), str(n)]
+    values += [2**63, -(2**63), 2**64]
+    if schema.get("type") == "array":
+        values += [[c] for c in CIDRS]
+        values += [[f"10.0.0.{i}/24" for i in range(n)] for n in (16, 17)]
+        values += [["10.0.0.2/24", "10.0.0.2/24"], ["10.0.0.2/24", "fd00::2/64"], [5]]
+    values += [
+        "bridge",
+        "vepa",
+        "private",
+        "passthru",
+        "l2",
+        "l3",
+        "l3s",
+        "datagram",
+        "connected",
+        "shared",
+        "exclusive",
+    ]
+    return values
+
+
+def _corpus() -> list[dict[str, Any]]:
+    out = []
+    for t in types_of(SCHEMA.schema):
+        for kind, spec in t.kinds.items():
+            base = {"kind": kind, **{f: "eth0" for f in spec.required}}
+            for name, schema in [*spec.properties.items(), ("bogus", {})]:
+                for value in _values(dict(schema)):
+                    out.append({"type": t.name, t.name: {**base, name: value}})
+                for sub, sub_schema in (schema.get("properties") or {}).items():
+                    for value in _values(dict(sub_schema)):
+                        out.append({"type": t.name, t.name: {**base, name: {sub: value}}})
+    return out
+
+
+def _driver_paths(params: dict[str, Any]) -> set[str]:
+    paths = set()
+    for path, reason in SCHEMA.issues(params):
+        required = re.match(r"'(\w+)' is a required property", reason)
+        paths.add(path + ("." + required.group(1) if required else ""))
+    return {p.replace("$", "spec.devices.config[0].opaque.parameters", 1) for p in paths}
+
+
+def _policy_paths(messages: list[str]) -> set[str]:
+    paths = set()
+    for message in messages:
+        for issue in message.split(": ", 1)[1].split("; "):
+            paths.add(issue.split(": ", 1)[0])
+    return paths
+
+
+def test_the_policy_gives_the_drivers_verdict_on_a_corpus(k8scheck):
+    corpus = _corpus()
+    assert len(corpus) > 1000
+    cases = [
+        admission_request(cc.claim(f"c{i}", [p], p["type"]), deployed_classes())
+        for i, p in enumerate(corpus)
+    ]
+    for case in cases:
+        case["object"]["spec"]["devices"]["config"][0].pop("requests")
+        case["object"]["spec"]["devices"]["requests"].pop()  # one request: one verdict
+    results = run_k8scheck(k8scheck, "vap", str(POLICY), cases=cases)
+    wrong = []
+    for params, got in zip(corpus, results, strict=True):
+        driver = _driver_paths(params)
+        policy = _policy_paths(got["messages"])
+        if got["errors"] or got["allowed"] != (not driver) or not policy <= driver:
+            wrong.append(f"{params!r}: driver {sorted(driver)}, policy {got}")
+        elif len(driver) == 1 and policy != driver:
+            wrong.append(f"{params!r}: driver {sorted(driver)}, policy {sorted(policy)}")
+    assert not wrong, f"{len(wrong)} of {len(corpus)} differ:\n" + "\n".join(wrong[:40])
+
+
+# ------------------------------------------------------------------------- cost
+
+
+def _big_claim(
+    kind: str, params: dict[str, Any], requests: int, subrequests: int
+) -> dict[str, Any]:
+    """32 configs (the API's limit) with `params`, and `requests` requests of
+    `subrequests` subrequests each (1: an `exactly` request), all of virtual-network."""
+    obj = cc.claim("big", [params] * 32, kind=kind)
+    devices = (
+        obj["spec"]["spec"]["devices"]
+        if kind == "ResourceClaimTemplate"
+        else obj["spec"]["devices"]
+    )
+    devices["requests"] = [
+        {"name": f"r{i}", "exactly": {"deviceClassName": "virtual-network"}}
+        if subrequests == 1
+        else {
+            "name": f"r{i}",
+            "firstAvailable": [
+                {"name": f"s{j}", "deviceClassName": "virtual-network"} for j in range(subrequests)
+            ],
+        }
+        for i in range(requests)
+    ]
+    for entry in devices["config"]:
+        entry.pop("requests")
+    obj["metadata"]["namespace"] = "default"
+    return obj
+
+
+def _heaviest() -> list[tuple[str, dict[str, Any]]]:
+    """The costliest objects the API admits, each refused by the policy."""
+    long = {
+        "type": "netdev",
+        "netdev": {  # about 10 KiB, the API's limit per config
+            "kind": "macvlan",
+            "parent": "x" * 9000,
+            "interfaceName": "n" * 500,
+            "mtu": 1500,
+            "macAddress": "m" * 200,
+            "mode": "bridge",
+            "ipAddresses": [f"10.0.0.{i}/24" for i in range(16)],
+        },
+    }
+    no_parent = cc.nd(kind="macvlan", interfaceName="n1", mtu=1500)
+    return [
+        ("long values, 256 subrequests", _big_claim("ResourceClaim", long, 32, 8)),
+        ("long values, template", _big_claim("ResourceClaimTemplate", long, 32, 8)),
+        (
+            "1500 unknown keys per config",
+            _big_claim("ResourceClaim", {f"k{i:04}": 0 for i in range(1500)}, 1, 1),
+        ),
+        ("merge: 32 requests x 32 configs", _big_claim("ResourceClaim", no_parent, 32, 1)),
+        ("merge: 4 x 8 subrequests x 32 configs", _big_claim("ResourceClaim", no_parent, 4, 8)),
+    ]
+
+
+def test_cost_stays_within_the_budgets(k8scheck, record_property):
+    """Examples cost a few thousand units; the costliest objects the API admits are still
+    refused by the policy itself, not by a cost error (which would let them in)."""
+    examples = [admission_request(e.obj, deployed_classes()) for e in cc.examples()]
+    heaviest = _heaviest()
+    cases = examples + [admission_request(obj, deployed_classes()) for _, obj in heaviest]
+    results = run_k8scheck(k8scheck, "vap", str(POLICY), cases=cases)
+    typical = max(r["cost"] for r in results[: len(examples)])
+    record_property("cost_examples_max", typical)
+    report = [f"examples: at most {typical}"]
+    for (name, _), got in zip(heaviest, results[len(examples) :], strict=True):
+        record_property(f"cost {name}", got["cost"])
+        report.append(f"{name}: {got['cost']}")
+        assert not got["errors"], f"{name}: {got['errors']}"
+        assert not got["allowed"], name
+        assert got["cost"] < RUNTIME_BUDGET // 4, name
+    print("CEL cost (both policies, messages included): " + "; ".join(report))
+    assert typical < 20_000

@@ -1,0 +1,411 @@
+"""Opaque configs the admission policy (deploy/config-policy.yaml) must judge as the driver
+does: the invalid ones of tests/unit/test_config.py and adversarial ones, each with the
+fields its refusal must name, and the valid examples of deploy/ and README.md, read from
+those files. tests/deploy/test_config_policy.py runs them through Kubernetes' own CEL
+code, tests/e2e/test_9_config_policy.py through a real API server.
+
+A case is the list of config parameters of one claim (or DeviceClass); `paths` are the
+fields a refusal must name, written `[i].a.b` for `<config list>[i].opaque.parameters.a.b`
+of the object, and `class[i].a.b` for config i of the case's own DeviceClass.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.unit import test_config as unit
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "dra.example.com"
+# The deploy/ DeviceClass a request of each type uses when the case brings none.
+CLASS_OF_TYPE = {"netdev": "virtual-network", "rdma": "rdma-devices", "combo": "roce-devices"}
+CONFIG_LISTS = {
+    "ResourceClaim": "spec.devices.config",
+    "ResourceClaimTemplate": "spec.spec.devices.config",
+    "DeviceClass": "spec.config",
+}
+RESOURCES = {
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "DeviceClass": "deviceclasses",
+}
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    """Configs of one claim; `paths` empty: accepted.
+
+    `class_configs`: the configs of a DeviceClass made for the case (the claim's request
+    uses it); without them the request uses the deploy/ class of its type, which has
+    the configs deploy/resourceclass.yaml gives it. `as_class`: the paths a DeviceClass
+    with the same configs is refused for (None: the same as `paths`; () when only the
+    merge with a claim shows the problem).
+    """
+
+    name: str
+    configs: tuple[Params, ...]
+    paths: tuple[str, ...] = ()
+    class_configs: tuple[Params, ...] | None = None
+    as_class: tuple[str, ...] | None = None
+    type: str = "netdev"
+
+    @property
+    def class_paths(self) -> tuple[str, ...]:
+        """What a DeviceClass with these configs is refused for."""
+        return self.paths if self.as_class is None else self.as_class
+
+
+def nd(**netdev: Any) -> Params:
+    """A netdev config."""
+    return {"type": "netdev", "netdev": netdev}
+
+
+def _bad_values() -> Iterator[Case]:
+    many = unit.MANY_ERRORS
+    yield Case(
+        "unit: many errors", (many,), tuple(p.replace("$", "[0]") for p in unit.MANY_ERRORS_PATHS)
+    )
+    yield Case(
+        "unit: missing parent, bad mode",
+        (unit.MISSING_PARENT_BAD_MODE,),
+        ("[0].netdev.mode", "[0].netdev.parent"),
+        as_class=("[0].netdev.mode",),
+    )
+    yield Case("unit: unknown kind", (unit.UNKNOWN_KIND,), ("[0].netdev.kind",))
+    for name in unit.BAD_INTERFACE_NAMES:
+        yield Case(
+            f"unit: name {name!r}",
+            (nd(kind="veth", interfaceName=name),),
+            ("[0].netdev.interfaceName",),
+        )
+    yield Case("unit: cidr /40", (unit.BAD_CIDR,), ("[0].netdev.ipAddresses[0]",))
+    for cidr in unit.BAD_CIDRS:
+        yield Case(
+            f"cidr {cidr!r}",
+            (nd(ipAddresses=["10.9.9.9/24", cidr]),),
+            ("[0].netdev.ipAddresses[1]",),
+        )
+    yield Case("typo macvlna", (nd(kind="macvlna", parent="eth0"),), ("[0].netdev.kind",))
+    for mtu in (67, 65536, 70000, -1):
+        yield Case(f"mtu {mtu}", (nd(kind="veth", mtu=mtu),), ("[0].netdev.mtu",))
+    for mtu in ("1500", 1500.0, True, None, [1500], 2**63):
+        yield Case(f"mtu {mtu!r}", (nd(mtu=mtu),), ("[0].netdev.mtu",))
+    for mac in (
+        "aa:bb:cc:dd:ee",
+        "aa-bb-cc-dd-ee-ff",
+        "aa:bb:cc:dd:ee:fg",
+        "aabb.ccdd.eeff",
+        "aa:bb:cc:dd:ee:ff\n",
+        "aa:bb:cc:dd:ee:ff:00",
+        42,
+    ):
+        yield Case(
+            f"mac {mac!r}",
+            (nd(kind="macvlan", parent="eth0", macAddress=mac),),
+            ("[0].netdev.macAddress",),
+        )
+    yield Case(
+        "17 addresses",
+        (nd(ipAddresses=[f"10.0.0.{i}/24" for i in range(17)]),),
+        ("[0].netdev.ipAddresses",),
+    )
+    yield Case(
+        "repeated address",
+        (nd(ipAddresses=["10.0.0.1/24", "10.0.0.1/24"]),),
+        ("[0].netdev.ipAddresses",),
+    )
+    yield Case(
+        "addresses not a list", (nd(ipAddresses="10.0.0.1/24"),), ("[0].netdev.ipAddresses",)
+    )
+    yield Case("address not a string", (nd(ipAddresses=[10]),), ("[0].netdev.ipAddresses[0]",))
+    for vlan in (-1, 4095):
+        yield Case(f"vlan {vlan}", (nd(kind="sriov-vf", vlan=vlan),), ("[0].netdev.vlan",))
+    for pkey in (0, 65536):
+        yield Case(
+            f"pkey {pkey}", (nd(kind="ipoib", parent="ib0", pkey=pkey),), ("[0].netdev.pkey",)
+        )
+    yield Case("vfIndex -1", (nd(kind="sriov-vf", vfIndex=-1),), ("[0].netdev.vfIndex",))
+    yield Case("trust 'yes'", (nd(kind="sriov-vf", trust="yes"),), ("[0].netdev.trust",))
+    yield Case(
+        "ipvlan mode vepa", (nd(kind="ipvlan", parent="eth0", mode="vepa"),), ("[0].netdev.mode",)
+    )
+    yield Case("mode of no kind", (nd(mode="l4"),), ("[0].netdev.mode",))
+    yield Case("parent with a slash", (nd(kind="macvlan", parent="eth/0"),), ("[0].netdev.parent",))
+    yield Case("parent of 16 bytes", (nd(kind="macvlan", parent="p" * 16),), ("[0].netdev.parent",))
+    yield Case("bridge not a string", (nd(kind="veth", bridge=1),), ("[0].netdev.bridge",))
+    yield Case(
+        "netnsMode",
+        ({"type": "rdma", "rdma": {"kind": "uverbs", "netnsMode": "host"}},),
+        ("[0].rdma.netnsMode",),
+        type="rdma",
+    )
+    yield Case(
+        "combo rdma not an object",
+        ({"type": "combo", "combo": {"kind": "roce", "rdma": "x"}},),
+        ("[0].combo.rdma",),
+        type="combo",
+    )
+    yield Case(
+        "combo nested",
+        (
+            {
+                "type": "combo",
+                "combo": {"kind": "roce", "rdma": {"x": 1}, "netdev": {"mtu": 10, "kind": "veth"}},
+            },
+        ),
+        ("[0].combo.rdma.x", "[0].combo.netdev.mtu", "[0].combo.netdev.kind"),
+        type="combo",
+    )
+
+
+def _bad_shapes() -> Iterator[Case]:
+    yield Case(
+        "unknown top-level field",
+        ({"type": "netdev", "netdve": {"kind": "veth"}},),
+        ("[0].netdve",),
+    )
+    yield Case(
+        "unknown field of the kind",
+        (nd(kind="macvlan", parent="eth0", bridge="br0"),),
+        ("[0].netdev.bridge",),
+    )
+    yield Case(
+        "ipvlan has no macAddress",
+        (nd(kind="ipvlan", parent="eth0", macAddress="aa:bb:cc:dd:ee:ff"),),
+        ("[0].netdev.macAddress",),
+    )
+    yield Case("field of no kind", (nd(mtu=1400, speed=10),), ("[0].netdev.speed",))
+    yield Case("fields of no single kind", (nd(parent="eth0", bridge="br0"),), ("[0].netdev",))
+    yield Case("type unknown", ({"type": "gpu"},), ("[0].type",))
+    yield Case("type not a string", ({"type": 5},), ("[0].type",))
+    yield Case(
+        "type object not an object", ({"type": "netdev", "netdev": "veth"},), ("[0].netdev",)
+    )
+    yield Case("key needing quotes", ({"type": "netdev", "net dev": {}},), ('[0]["net dev"]',))
+    yield Case("too many fields", ({f"f{i}": i for i in range(40)},), ("[0]",))
+    yield Case(
+        "second config bad",
+        (nd(kind="veth", interfaceName="net1"), nd(mtu=9), {"type": "rdma", "rdma": {"kind": "x"}}),
+        ("[1].netdev.mtu", "[2].rdma.kind"),
+    )
+    for kind in ("macvlan", "ipvlan", "ipoib"):
+        yield Case(f"{kind} without parent", (nd(kind=kind),), ("[0].netdev.parent",), as_class=())
+    yield Case(
+        "kind of the first, field of the second",
+        (nd(kind="dummy"), nd(parent="eth0")),
+        ("[1].netdev.parent",),
+        as_class=(),
+    )
+    yield Case(
+        "later kind wins",
+        (nd(kind="macvlan", parent="eth0"), nd(kind="dummy")),
+        ("[0].netdev.parent",),
+        as_class=(),
+    )
+    yield Case(
+        "mode for the merged kind",
+        (nd(kind="ipvlan", parent="eth0"), nd(mode="vepa")),
+        ("[1].netdev.mode",),
+        as_class=(),
+    )
+    yield Case(
+        "class kind, claim field",
+        (nd(interfaceName="n1", parent="eth0"),),
+        ("[0].netdev.parent",),
+        class_configs=(nd(kind="dummy"),),
+        as_class=(),
+    )
+    yield Case(
+        "class kind needs a parent",
+        (nd(interfaceName="n1"),),
+        ("class[0].netdev.parent",),
+        class_configs=(nd(kind="macvlan"),),
+        as_class=(),
+    )
+    yield Case(
+        "only the request's configs count",
+        (
+            {"type": "netdev", "netdev": {"kind": "macvlan"}},
+            {"requests": ["other"], "netdev": {"parent": "eth0"}},
+        ),
+        ("[0].netdev.parent",),
+        as_class=(),
+    )
+
+
+def _good() -> Iterator[Case]:
+    yield Case("empty parameters", ({},))
+    yield Case("type alone", ({"type": "netdev"},))
+    yield Case("fragment without type", ({"netdev": {"mtu": 1400}},))
+    yield Case("kind-less mode of some kind", (nd(mode="vepa"),))
+    for cidr in ("0.0.0.0/0", "::/0", "10.0.0.1/32", "fd00::1/128", "::1.2.3.4/96", "FD00::A/64"):
+        yield Case(f"cidr {cidr}", (nd(ipAddresses=[cidr]),))
+    for mtu in (68, 65535):
+        yield Case(f"mtu {mtu}", (nd(kind="dummy", mtu=mtu),))
+    yield Case(
+        "bounds",
+        (
+            nd(kind="sriov-vf", vlan=4094, vfIndex=0, trust=False, spoofchk=True),
+            nd(kind="sriov-vf", vlan=0),
+        ),
+    )
+    yield Case("ipoib", (nd(kind="ipoib", parent="ib0", pkey=65535, mode="connected"),))
+    yield Case(
+        "names",
+        (nd(kind="veth", interfaceName="n" * 15, macAddress="AA:bb:CC:dd:EE:ff", bridge="br-0.x"),),
+    )
+    yield Case("16 addresses", (nd(ipAddresses=[f"10.0.0.{i}/24" for i in range(16)]),))
+    yield Case("parent from a later config", (nd(kind="macvlan"), nd(parent="eth0")))
+    yield Case(
+        "parent from the class",
+        (nd(kind="macvlan", interfaceName="m0"),),
+        class_configs=(nd(parent="eth0"),),
+    )
+    yield Case(
+        "kind from the class",
+        (nd(interfaceName="m0", mode="vepa"),),
+        class_configs=(nd(kind="macvlan", parent="eth0"),),
+    )
+    yield Case(
+        "claim kind overrides the class's",
+        (nd(kind="veth"),),
+        class_configs=(nd(kind="dummy", mtu=1400),),
+    )
+    yield Case(
+        "rdma", ({"type": "rdma", "rdma": {"kind": "uverbs", "netnsMode": "shared"}},), type="rdma"
+    )
+    yield Case(
+        "combo over its class", ({"combo": {"netdev": {"interfaceName": "r0"}}},), type="combo"
+    )
+
+
+def cases() -> list[Case]:
+    """Every case of the table."""
+    out = [*_bad_values(), *_bad_shapes(), *_good()]
+    names = [c.name for c in out]
+    assert len(names) == len(set(names)), "case names must be unique"
+    return out
+
+
+# ---------------------------------------------------------------- valid examples
+
+
+@dataclass(frozen=True)
+class Example:
+    """An object of deploy/ or README.md with opaque config of ours (applied as it is)."""
+
+    source: str
+    obj: dict[str, Any] = field(hash=False)
+
+
+def examples() -> list[Example]:
+    """Every DeviceClass, claim and claim template with config of ours in deploy/*.yaml,
+    every such object in README.md's yaml blocks, and README's inline config examples
+    (`{type: ...}` spans without placeholders) as claims of their type's class."""
+    out = []
+    for path in sorted((ROOT / "deploy").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and _has_our_config(doc):
+                out.append(Example(f"{path.name}: {doc['kind']}/{doc['metadata']['name']}", doc))
+    readme = (ROOT / "README.md").read_text()
+    for block in re.findall(r"```yaml\n(.*?)```", readme, re.S):
+        for doc in yaml.safe_load_all(block):
+            if doc and _has_our_config(doc):
+                out.append(Example(f"README.md: {doc['kind']}/{doc['metadata']['name']}", doc))
+    for span in re.findall(r"`(\{[^`]+\})`", readme):
+        params = yaml.safe_load(span)
+        if isinstance(params, dict) and "type" in params and not _has_null(params):
+            name = f"readme-{len(out)}"
+            out.append(Example(f"README.md: `{span}`", claim(name, [params], params["type"])))
+    return out
+
+
+def _has_our_config(doc: dict[str, Any]) -> bool:
+    return any(((c.get("opaque") or {}).get("driver") == DRIVER) for c in _configs(doc))
+
+
+def _configs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = doc.get("spec") or {}
+    if doc.get("kind") == "DeviceClass":
+        return list(spec.get("config") or [])
+    if doc.get("kind") == "ResourceClaimTemplate":
+        spec = spec.get("spec") or {}
+    if doc.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+        return list((spec.get("devices") or {}).get("config") or [])
+    return []
+
+
+def _has_null(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_null(v) for v in value)
+    return value is None
+
+
+# ---------------------------------------------------------------- objects
+
+
+def opaque(params: Params, driver: str = DRIVER) -> dict[str, Any]:
+    """One config entry; a `requests` key of the case's parameters scopes it."""
+    params = copy.deepcopy(params)
+    entry: dict[str, Any] = {}
+    if "requests" in params:
+        entry["requests"] = params.pop("requests")
+    entry["opaque"] = {"driver": driver, "parameters": params}
+    return entry
+
+
+def claim(
+    name: str,
+    configs: Sequence[Params],
+    type_: str = "netdev",
+    device_class: str | None = None,
+    kind: str = "ResourceClaim",
+) -> dict[str, Any]:
+    """A ResourceClaim (or template) with one request `nic` of the class and the configs."""
+    devices = {
+        "requests": [
+            {"name": "nic", "exactly": {"deviceClassName": device_class or CLASS_OF_TYPE[type_]}},
+            {"name": "other", "exactly": {"deviceClassName": CLASS_OF_TYPE[type_]}},
+        ],
+        "config": [opaque(p) for p in configs],
+    }
+    for entry in devices["config"]:
+        entry.setdefault("requests", ["nic"])
+    spec: dict[str, Any] = {"devices": devices}
+    if kind == "ResourceClaimTemplate":
+        spec = {"spec": spec}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def device_class(name: str, configs: Sequence[Params]) -> dict[str, Any]:
+    """A DeviceClass with the configs (no selector: the policy does not read it)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"config": [{"opaque": opaque(p)["opaque"]} for p in configs]},
+    }
+
+
+def full_path(kind: str, path: str, class_name: str = "") -> str:
+    """A case's `[i].a.b` (or `class[i].a.b`) as the JSON path in the object of `kind`."""
+    if path.startswith("class["):
+        index, rest = path[len("class") :].split("]", 1)
+        return f"DeviceClass {class_name} spec.config{index}].opaque.parameters{rest}"
+    index, rest = path.split("]", 1)
+    return f"{CONFIG_LISTS[kind]}{index}].opaque.parameters{rest}"
