@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +88,3 @@ def claim_uid_of(path: Path, driver: str) -> str | None:
         return None
     uid = name[: -len(".json")].rsplit("_", 1)[1]
     return uid if naming.is_claim_uid(uid) else None
-
-
-def net_device_hosts(specs: Iterable[Mapping[str, Any]]) -> Iterator[str]:
-    """The host interface names the runtime will move, from spec documents."""
-    for spec in specs:
-        for device in spec.get("devices") or []:
-            for nd in (device.get("containerEdits") or {}).get("netDevices") or []:
-                yield str(nd["hostInterfaceName"])

@@ -101,6 +101,7 @@ def run(settings: Settings) -> int:
         rolled_back=len(report.rolled_back_claims),
         reprepared=len(report.reprepared_claims),
         finished=len(report.finished_claims),
+        vanished=len(report.vanished),
         restored_specs=len(report.restored_specs),
         deleted_interfaces=len(report.deleted_interfaces),
         removed_specs=len(report.removed_specs),

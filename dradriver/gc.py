@@ -114,25 +114,25 @@ def _keep_true(
         event(log, logging.WARNING, "node rebooted: claim prepared again", claim=uid)
         report.reprepared_claims.append(uid)
         return again
-    gone = [n for d in record.devices for n in d.host_interfaces if n not in present]
-    if gone:
-        # A host end that stays while the claim is prepared is gone: the pod's namespace
-        # was destroyed, or an unprepare was interrupted. Finish that unprepare.
+    restored = [n for n in record.cdi_specs if not (lifecycle.cdi_dir / n).is_file()]
+    lost = lifecycle.restore_specs(record)
+    report.restored_specs += [n for n in restored if n not in lost]
+    if lost:  # kept: its pod may be running; only a record of an older driver lacks specs
+        report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
+    stale = lifecycle.is_intact(record, present)
+    if stale is not None:
+        # The claim's objects were destroyed (its pod's namespace went, or an unprepare
+        # was interrupted): finish that unprepare.
         event(
             log,
             logging.WARNING,
-            "interfaces of a prepared claim vanished: finishing its unprepare",
+            "prepared claim is stale: finishing its unprepare",
             claim=uid,
-            interfaces=",".join(gone),
+            why=stale,
         )
         lifecycle.release(record)
         report.finished_claims.append(uid)
         return None
-    restored = [n for n in record.cdi_specs if not (lifecycle.cdi_dir / n).is_file()]
-    lost = lifecycle.restore_specs(record)
-    report.restored_specs += [n for n in restored if n not in lost]
-    if lost:
-        report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
     return record
 
 

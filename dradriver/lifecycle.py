@@ -190,11 +190,15 @@ class ClaimLifecycle:
 
     # -- keeping a committed record true ------------------------------------------------
 
-    def is_intact(self, record: ClaimRecord) -> str | None:
+    def is_intact(self, record: ClaimRecord, present: set[str] | None = None) -> str | None:
         """Why a prepared record's answer is no longer true (None if it is).
 
-        Cheap: a stat per spec and a netlink lookup per interface the runtime will move.
-        Missing spec files are written again first (that alone does not make it stale).
+        The interfaces a record lists as staying on the host while it is prepared (a
+        veth's host end) are the witnesses: the one that goes to the container may be in
+        the pod already, which is how it should be, so its absence proves nothing. A
+        witness gone means the claim's objects were destroyed (the pod's namespace went,
+        an unprepare was interrupted, someone deleted it). Cheap: a netlink lookup per
+        witness (or `present`, the host's interface names, when the caller has them).
         """
         if (
             record.boot_id is not None
@@ -202,12 +206,11 @@ class ClaimLifecycle:
             and record.boot_id != self.boot_id
         ):
             return f"the node rebooted since it was prepared (boot {record.boot_id})"
-        missing = self.restore_specs(record)
-        if missing:
-            return f"CDI spec {', '.join(missing)} is gone and the record cannot restore it"
-        for name in cdi.net_device_hosts(record.specs.values()):
-            if netlink.find(name) is None:
-                return f"interface {name} is no longer on the host"
+        for device in record.devices:
+            for name in device.host_interfaces:
+                gone = name not in present if present is not None else netlink.find(name) is None
+                if gone:
+                    return f"interface {name}, which stays on the host, is gone"
         return None
 
     def restore_specs(self, record: ClaimRecord) -> list[str]:

@@ -110,6 +110,15 @@ class Preparer:
         self._check_uid(ref)
         record = self._load(ref)
         if record is not None and record.phase == PREPARED:
+            lost = self.lifecycle.restore_specs(record)
+            if lost:  # only a record of an older driver cannot hold its specs
+                event(
+                    log,
+                    logging.ERROR,
+                    "CDI spec gone, not in the record",
+                    claim=ref.uid,
+                    files=",".join(lost),
+                )
             stale = self.lifecycle.is_intact(record)
             if stale is None:
                 event(log, logging.INFO, "already prepared", claim=ref.uid)

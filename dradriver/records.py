@@ -312,6 +312,7 @@ class RecordStore:
                 with contextlib.suppress(OSError):
                     (folder / record.claim.uid).unlink(missing_ok=True)
                     folder.rmdir()  # fails while other claims of the pod remain: fine
+                    folder.parent.rmdir()  # and this while other pods remain
 
     def claims_of_pod(self, pod_uid: str) -> list[str]:
         """UIDs of the claims indexed under a pod."""
@@ -333,6 +334,8 @@ class RecordStore:
                         claim.unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     pod.rmdir()
+            with contextlib.suppress(OSError):
+                root.rmdir()
         for record in records:
             self.index(record)
 

@@ -60,9 +60,16 @@ def net_devices(spec: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def record_uids(d: DriverProcess) -> set[str]:
-    return (
-        {p.name.split(".")[0] for p in d.state.glob("*.alloc.json")} if d.state.exists() else set()
-    )
+    """Claims with a committed record (phase prepared; journals of prepares under way are
+    in phase preparing)."""
+    out = set()
+    for path in d.state.glob("*.alloc.json") if d.state.exists() else []:
+        try:
+            if json.loads(path.read_text())["phase"] == "prepared":
+                out.add(path.name.split(".")[0])
+        except (OSError, ValueError):
+            continue  # replaced under us: read again next time
+    return out
 
 
 def record(d: DriverProcess, uid: str) -> dict[str, Any]:

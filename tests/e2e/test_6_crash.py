@@ -179,12 +179,8 @@ def test_sigkill_during_a_prepare_leaks_nothing(cluster: Cluster, node: Node, kn
         if leaked:
             break
     assert leaked_total, "no kill caught a claim with interfaces but no record"
-    collected = {
-        ln.split("interface=")[1].split()[0]
-        for ln in d.log().splitlines()
-        if "deleted leaked interface" in ln
-    }
-    assert collected and collected <= leaked_total
+    # What the kill left half made was rolled back from the claim's journal.
+    assert "rolling back interrupted prepare" in d.log()
 
     # The kubelet retries the pod: all claims prepared, each with its own interfaces.
     resp = d.prepare(claims)

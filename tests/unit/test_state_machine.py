@@ -389,3 +389,18 @@ def test_one_pod_never_gets_one_interface_name_twice_across_calls(node):
     assert preparer.prepare([first])[first.uid].error is None
     assert preparer.unprepare([first])[first.uid].error is None
     assert preparer.prepare([second])[second.uid].error is None
+
+
+def test_a_repeated_prepare_after_the_runtime_moved_the_interface_touches_nothing(node, reference):
+    """The container end is in the pod (the runtime moved it): that is how it should be,
+    and the host end still witnesses the pair. The answer stands; nothing is recreated."""
+    expected, _, _ = reference("veth")
+    preparer = node.preparer()
+    assert _prepare(preparer) == expected
+    [inner] = [n for n in node.kernel.table if n.startswith("drc")]
+    moved = node.kernel.table.pop(inner)  # into the pod's namespace
+    steps = node.steps.count
+    assert _prepare(preparer) == expected
+    assert node.steps.count == steps and inner not in node.kernel.table
+    node.kernel.table[inner] = moved
+    assert preparer.unprepare([_ref()])[UID].error is None
