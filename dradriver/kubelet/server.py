@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from dradriver.calls import DEFAULT_CALL_BUDGET, call_budget
 from dradriver.hookspecs import ClaimRef, Device
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
@@ -28,7 +29,7 @@ from dradriver.kubelet.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-from dradriver.kubelet.sockets import SerializeLock, SocketPaths, remove_stale_socket
+from dradriver.kubelet.sockets import SocketPaths, remove_stale_socket
 from dradriver.log import event
 from dradriver.prepare import Outcome, Preparer
 
@@ -40,17 +41,18 @@ DRA_SERVICES = (
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
 )
 HEALTH_POLL_SECONDS = 5.0
+DRA_WORKERS = 8
 
 
 class _DRAService:
     """NodePrepareResources / NodeUnprepareResources for one API version."""
 
     def __init__(
-        self, pb2: ModuleType, preparer: Preparer, lock: SerializeLock, with_share_id: bool
+        self, pb2: ModuleType, preparer: Preparer, budget_cap: float, with_share_id: bool
     ) -> None:
         self._pb2 = pb2
         self._preparer = preparer
-        self._lock = lock
+        self._cap = budget_cap
         self._share = with_share_id
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -58,16 +60,14 @@ class _DRAService:
         resp = self._pb2.NodePrepareResourcesResponse()
         if not refs:  # liveness checks call with no claims: answer without the lock
             return resp
-        with self._lock:
-            outcomes = self._preparer.prepare(refs)
+        outcomes = self._preparer.prepare(refs, call_budget(context.time_remaining(), self._cap))
         for uid, outcome in outcomes.items():
             resp.claims[uid].CopyFrom(self._prepare_response(outcome))
         return resp
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
-        with self._lock:
-            outcomes = self._preparer.unprepare(refs)
+        outcomes = self._preparer.unprepare(refs, call_budget(context.time_remaining(), self._cap))
         resp = self._pb2.NodeUnprepareResourcesResponse()
         for uid, outcome in outcomes.items():
             resp.claims[uid].error = outcome.error or ""
@@ -162,22 +162,24 @@ class KubeletServer:
         driver: str,
         pool: str,
         preparer: Preparer,
-        lock: SerializeLock,
         devices: Callable[[], list[Device]],
         on_registered: Callable[[], None] = lambda: None,
+        budget_cap: float = DEFAULT_CALL_BUDGET,
     ) -> None:
-        """Build the services; nothing listens until `start`."""
+        """Build the services; nothing listens until `start`. A call's budget is derived
+        from its gRPC deadline, at most `budget_cap` seconds (--call-budget)."""
         self.paths = paths
         self._driver = driver
         self.health = health.HealthServicer()
         self._service = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dra")
+            futures.ThreadPoolExecutor(max_workers=DRA_WORKERS, thread_name_prefix="dra")
         )
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1_pb2, preparer, lock, with_share_id=True), self._service
+            _DRAService(dra_v1_pb2, preparer, budget_cap, with_share_id=True), self._service
         )
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1beta1_pb2, preparer, lock, with_share_id=False), self._service
+            _DRAService(dra_v1beta1_pb2, preparer, budget_cap, with_share_id=False),
+            self._service,
         )
         health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
             _ResourceHealthService(pool, devices), self._service
@@ -218,11 +220,16 @@ class KubeletServer:
             service=str(self.paths.service),
         )
 
-    def stop(self, grace: float = 5.0) -> None:
-        """Deregister first (remove the registration socket), then stop serving."""
+    def deregister(self) -> None:
+        """Leave the kubelet (remove the registration socket); calls are still served."""
         self.paths.registration.unlink(missing_ok=True)
         self._registration.stop(0)
         self.health.enter_graceful_shutdown()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Deregister, then stop serving (calls still running after `grace` are cancelled:
+        drain the preparer's gate first so that none is)."""
+        self.deregister()
         self._service.stop(grace).wait(grace)
         if self._tcp_health is not None:
             self._tcp_health.stop(0)

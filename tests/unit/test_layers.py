@@ -14,7 +14,7 @@ LAYERS: dict[str, set[str]] = {
     "effects": {"netlink", "rtnl", "kubeconfig", "kubeapi", "kit.sysfs"},
     "kit": {"kit", "kit.netconfig", "kit.hostif", "kit.rdma"},
     "core": {"registry", "config", "claims", "cdi", "records", "slices", "settings"},
-    "services": {"inventory", "plan", "prepare", "gc", "status", "publisher"},
+    "services": {"inventory", "plan", "calls", "fetch", "prepare", "gc", "status", "publisher"},
     "kubelet": {"kubelet", "kubelet.sockets", "kubelet.server", "kubelet.proto"},
     "wiring": {"daemon", "cli", "__main__", ""},
 }
