@@ -7,6 +7,7 @@ advertised service is serving, because the kubelet calls them right after GetInf
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -42,6 +43,10 @@ DRA_SERVICES = (
 )
 HEALTH_POLL_SECONDS = 5.0
 DRA_WORKERS = 8
+# The kubelet keeps one health stream per plugin instance (and opens a new one 5 s after
+# one ends): two leave room for a reconnect overlapping a stream not yet seen as gone,
+# and the other workers for prepare and unprepare.
+MAX_HEALTH_STREAMS = 2
 
 
 class _DRAService:
@@ -111,17 +116,35 @@ class _RegistrationService(registration_pb2_grpc.RegistrationServicer):
 
 
 class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
-    """Streams the health of every device of the pool (full list on each change)."""
+    """Streams the health of every device of the pool (full list on each change).
+
+    Each open stream holds a worker of the DRA server, so at most MAX_HEALTH_STREAMS are
+    served at once; one more is answered RESOURCE_EXHAUSTED (the kubelet retries every
+    5 s). A stream ends as soon as its client goes away or the server stops.
+    """
 
     def __init__(
         self,
         pool: str,
         devices: Callable[[], list[Device]],
         poll_seconds: float = HEALTH_POLL_SECONDS,
+        max_streams: int = MAX_HEALTH_STREAMS,
     ) -> None:
         self._pool = pool
         self._devices = devices
         self._poll = poll_seconds
+        self._max = max_streams
+        self._slots = threading.BoundedSemaphore(max_streams)
+        self._open: set[threading.Event] = set()
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """End every open stream now (the driver leaves); new ones end at once."""
+        with self._lock:
+            self._closed = True
+            for gone in self._open:
+                gone.set()
 
     def snapshot(self) -> list[tuple[str, Any, str]]:
         """(device, health, message) for every device, sorted."""
@@ -132,9 +155,35 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
         )
 
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if not self._slots.acquire(blocking=False):
+            event(log, logging.WARNING, "health stream refused: too many open", limit=self._max)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._max} health streams are open already, the most this driver "
+                "serves at once; retry later",
+            )
+        try:
+            yield from self._watch(context)
+        finally:
+            self._slots.release()
+
+    def _watch(self, context: grpc.ServicerContext) -> Iterator[Any]:
+        gone = threading.Event()
+        context.add_callback(gone.set)  # cancelled, deadline, client gone, server stopped
+        with self._lock:
+            self._open.add(gone)
+            if self._closed:
+                gone.set()
+        try:
+            yield from self._stream(context, gone)
+        finally:
+            with self._lock:
+                self._open.discard(gone)
+
+    def _stream(self, context: grpc.ServicerContext, gone: threading.Event) -> Iterator[Any]:
         pb = health_v1alpha1_pb2
         last: list[tuple[str, Any, str]] | None = None
-        while context.is_active():
+        while context.is_active() and not gone.is_set():
             current = self.snapshot()
             if current != last:
                 now = int(time.time())
@@ -150,7 +199,7 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
                     ]
                 )
                 last = current
-            time.sleep(self._poll)
+            gone.wait(self._poll)
 
 
 class KubeletServer:
@@ -181,8 +230,9 @@ class KubeletServer:
             _DRAService(dra_v1beta1_pb2, preparer, budget_cap, with_share_id=False),
             self._service,
         )
+        self._device_health = _ResourceHealthService(pool, devices)
         health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-            _ResourceHealthService(pool, devices), self._service
+            self._device_health, self._service
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._service)
         self._registration = grpc.server(
@@ -225,6 +275,7 @@ class KubeletServer:
         self.paths.registration.unlink(missing_ok=True)
         self._registration.stop(0)
         self.health.enter_graceful_shutdown()
+        self._device_health.close()
 
     def stop(self, grace: float = 5.0) -> None:
         """Deregister, then stop serving (calls still running after `grace` are cancelled:
