@@ -65,7 +65,13 @@ def run(settings: Settings) -> int:
         metrics.serve(settings.metrics_addr)
     api = KubeApi(settings.kubeconfig)
     inventory = Inventory(registry, context)
-    status = StatusWriter(api, settings.driver_name, settings.node_name, metrics)
+    status = StatusWriter(
+        api,
+        settings.driver_name,
+        settings.node_name,
+        metrics,
+        still_prepared=lambda uid: records.path(uid).exists(),
+    )
     gate = CallGate(lock)
     preparer = Preparer(
         context=context,

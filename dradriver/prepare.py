@@ -60,6 +60,9 @@ class StatusSink(Protocol):
     def submit(self, record: ClaimRecord) -> None:
         """Queue a status write (never blocks, never fails the prepare)."""
 
+    def resubmit(self, record: ClaimRecord) -> None:
+        """Queue the status of an idempotent re-prepare, unless it was written already."""
+
 
 class _NotFetched(BaseException):
     """The claim's object is needed but was not fetched: its prepared record went away
@@ -193,6 +196,8 @@ class Preparer:
         record = self._load(ref)
         if record is not None and record.phase == PREPARED:
             event(log, logging.INFO, "already prepared", claim=ref.uid)
+            if self.status is not None and record.devices:
+                self.status.resubmit(record)  # a status that failed to write gets written
             reserve_names(
                 ref,
                 record.pod_uids,

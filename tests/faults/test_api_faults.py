@@ -3,8 +3,8 @@
 Invariants: a call answers within its budget whatever the API does; an unprepare (which
 needs no API) never waits behind a prepare's API calls; each claim that could not be
 prepared gets an error naming the claim and what failed, and leaves nothing behind;
-when the API comes back, the next prepare succeeds and the ResourceSlices are published
-again.
+when the API comes back, the next prepare succeeds, statuses that failed are written,
+and the ResourceSlices are published again.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
 # whose kernel work had started. Generous on a loaded 2-core machine, and still far
 # below what the daemon took before budgets existed (20 s per claim against a hang).
 MARGIN = 2.0
+
+
+def _status_written(fake, claim):
+    meta = claim["metadata"]
+    return fake.claim(meta["namespace"], meta["name"]).get("status", {}).get("devices")
 
 
 def test_a_batch_answers_within_the_budget_when_every_claim_get_hangs(
@@ -103,6 +108,76 @@ def test_a_failed_claim_get_is_that_claims_error_and_the_retry_succeeds(
     nothing_left(ns, d)
     proxy.heal()
     assert answer(d.prepare([claim]), claim).error == ""
+    d.unprepare([claim])
+    nothing_left(ns, d)
+
+
+@pytest.mark.parametrize("fault", ["500", "409", "reset"])
+def test_a_status_that_failed_is_written_once_the_api_recovers(
+    api, proxy, start_proxied, ns, fault
+):
+    fake, _ = api
+    claim = veth_claim()
+    fake.add_claim(claim)
+    d = start_proxied()
+    proxy.fail("status-apply", fault)
+    assert answer(d.prepare([claim]), claim).error == ""  # never blocked by the status
+    # Three failed tries was where the writer used to give up for good.
+    wait_for("three failed status writes", lambda: proxy.count("status-apply") >= 3, 10)
+    assert not _status_written(fake, claim)
+    proxy.heal()
+    [entry] = wait_for("the status", lambda: _status_written(fake, claim), 15, log=d.log)
+    assert entry["conditions"][0]["type"] == "Ready"
+    written = proxy.count("status-apply", "forwarded")
+    time.sleep(2)  # written once: no more tries
+    assert proxy.count("status-apply", "forwarded") == written == 1
+    d.unprepare([claim])
+    nothing_left(ns, d)
+
+
+def test_a_status_write_stops_when_the_claim_is_unprepared(api, proxy, start_proxied, ns):
+    fake, _ = api
+    claim = veth_claim()
+    fake.add_claim(claim)
+    d = start_proxied()
+    proxy.fail("status-apply", "500")
+    assert answer(d.prepare([claim]), claim).error == ""
+    wait_for("a failed status write", lambda: proxy.count("status-apply") >= 2, 10)
+    assert answer(d.unprepare([claim]), claim).error == ""
+    proxy.heal()
+    time.sleep(4)  # longer than the next back-off step
+    assert not _status_written(fake, claim), "a status was written for an unprepared claim"
+    nothing_left(ns, d)
+
+
+def test_a_status_write_stops_when_the_claim_is_gone(api, proxy, start_proxied, ns):
+    fake, _ = api
+    claim = veth_claim()
+    fake.add_claim(claim)
+    d = start_proxied()
+    proxy.fail("status-apply", "404")
+    assert answer(d.prepare([claim]), claim).error == ""
+    wait_for("the 404", lambda: proxy.count("status-apply", "404"), 10)
+    time.sleep(3)
+    assert proxy.count("status-apply") == 1, "a status write was retried after a 404"
+    d.unprepare([claim])
+    nothing_left(ns, d)
+
+
+def test_a_re_prepare_after_a_restart_writes_the_status_that_failed(api, proxy, start_proxied, ns):
+    fake, _ = api
+    claim = veth_claim()
+    fake.add_claim(claim)
+    d = start_proxied()
+    proxy.fail("status-apply", "500")
+    first = answer(d.prepare([claim]), claim)
+    assert first.error == ""
+    wait_for("a failed status write", lambda: proxy.count("status-apply"), 10)
+    d.stop()  # the pending write dies with the process
+    proxy.heal()
+    d = start_proxied()
+    assert answer(d.prepare([claim]), claim) == first  # idempotent: from the record
+    wait_for("the status", lambda: _status_written(fake, claim), 10, log=d.log)
     d.unprepare([claim])
     nothing_left(ns, d)
 
