@@ -141,3 +141,21 @@ def test_shutdown_abandons_a_fetch_at_once():
     for fetched in got.values():
         with pytest.raises(ClaimError, match="shutting down"):
             fetched.get()
+
+
+def test_the_budget_cap_is_a_flag_and_an_environment_variable(monkeypatch):
+    import argparse
+
+    from dradriver import settings
+
+    def parse(argv):
+        parser = argparse.ArgumentParser()
+        settings.add_flags(parser, run=True)
+        return settings.from_args(parser.parse_args(["--node-name", "n", *argv]))
+
+    assert parse([]).call_budget == 30.0
+    monkeypatch.setenv("DRA_CALL_BUDGET", "3")
+    assert parse([]).call_budget == 3.0
+    assert parse(["--call-budget", "12.5"]).call_budget == 12.5
+    with pytest.raises(SystemExit, match=r"--call-budget must be 0\.1 to 300 seconds, got 0"):
+        parse(["--call-budget", "0"])
