@@ -10,6 +10,7 @@ import threading
 import time
 
 from dradriver import gc, log, naming
+from dradriver.calls import CallGate
 from dradriver.config import ConfigSchema
 from dradriver.errors import DriverError
 from dradriver.hookspecs import HandlerContext
@@ -27,6 +28,10 @@ from dradriver.settings import Settings
 from dradriver.status import StatusWriter
 
 logger = logging.getLogger(__name__)
+
+# How long shutdown waits for the calls in flight beyond their budget: a draining call
+# stops waiting at once and finishes only the claim it is working on.
+DRAIN_SLACK_SECONDS = 10.0
 
 
 def context_of(settings: Settings) -> HandlerContext:
@@ -74,7 +79,14 @@ def run(settings: Settings) -> int:
         metrics.serve(settings.metrics_addr)
     api = KubeApi(settings.kubeconfig)
     inventory = Inventory(registry, context)
-    status = StatusWriter(api, settings.driver_name, settings.node_name, metrics)
+    status = StatusWriter(
+        api,
+        settings.driver_name,
+        settings.node_name,
+        metrics,
+        still_prepared=lambda uid: records.path(uid).exists(),
+    )
+    gate = CallGate(lock)
     preparer = Preparer(
         context=context,
         cdi_dir=settings.cdi_dir,
@@ -85,6 +97,7 @@ def run(settings: Settings) -> int:
         api=api,
         status=status,
         metrics=metrics,
+        gate=gate,
     )
 
     with lock:  # another instance (rolling update) may be preparing right now
@@ -116,9 +129,9 @@ def run(settings: Settings) -> int:
         settings.driver_name,
         settings.node_name,
         preparer,
-        lock,
         inventory.devices,
         on_registered=publisher.trigger,
+        budget_cap=settings.call_budget,
     )
     status.start()
     for uid in report.reprepared_claims:  # their interfaces (and MACs) are new
@@ -136,9 +149,26 @@ def run(settings: Settings) -> int:
         startup_seconds=round(time.monotonic() - started, 3),
     )
     stop.wait()
-    event(logger, logging.INFO, "shutting down")
-    server.stop()
+    shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS)
     publisher.stop()
     status.stop()
-    lock.close()
     return 0
+
+
+def shutdown(server: KubeletServer, gate: CallGate, lock: SerializeLock, wait: float) -> None:
+    """Leave the kubelet, refuse new work, let the calls in flight finish (or refuse what
+    they have not begun), and only then let go of the cross-instance lock."""
+    started = time.monotonic()
+    event(logger, logging.INFO, "shutting down: draining calls in flight")
+    server.deregister()
+    drained = gate.drain(wait)
+    server.stop()
+    closed = lock.close(timeout=0 if not drained else 5.0)
+    event(
+        logger,
+        logging.INFO if drained and closed else logging.ERROR,
+        "calls drained, lock released"
+        if drained and closed
+        else "calls still running after the drain wait: the lock is kept until they end",
+        seconds=round(time.monotonic() - started, 3),
+    )

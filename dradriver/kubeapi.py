@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 _TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
+# Claim fetches of a batch run side by side (prepare.py), beside the publisher and the
+# status writer: enough connections that none is opened and thrown away per request.
+_POOL_SIZE = 12
 
 
 class ApiError(DriverError):
@@ -46,9 +49,14 @@ class KubeApi:
         self._cert: tuple[str, str] | None = None
         self._pool = self._new_pool()
 
+    @property
+    def server(self) -> str:
+        """The API server's URL, as errors name it."""
+        return self._host
+
     def _new_pool(self) -> urllib3.PoolManager:
         """A connection pool trusting the configured CA, with the current client cert."""
-        kwargs: dict[str, Any] = {"maxsize": 4, "timeout": _TIMEOUT, "retries": False}
+        kwargs: dict[str, Any] = {"maxsize": _POOL_SIZE, "timeout": _TIMEOUT, "retries": False}
         if self._host.startswith("https://"):
             cfg = self._config
             ctx = ssl.create_default_context(cafile=cfg.ca_file, cadata=cfg.ca_data)
@@ -70,14 +78,16 @@ class KubeApi:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        timeout: float | None = None,
     ) -> Any:
         """Send one request; return the decoded JSON body or raise ApiError.
 
         A 401 is retried once with fresh credentials (a rotated token or certificate).
+        `timeout` (seconds) bounds the whole request instead of the default timeouts.
         """
         for attempt in (0, 1):
             try:
-                return self._request(method, path, body, query, content_type)
+                return self._request(method, path, body, query, content_type, timeout)
             except ApiError as exc:
                 if exc.status != 401 or attempt:
                     raise
@@ -91,6 +101,7 @@ class KubeApi:
         body: Any,
         query: Mapping[str, str] | None,
         content_type: str,
+        timeout: float | None,
     ) -> Any:
         url = self._host + path + (("?" + urlencode(query)) if query else "")
         headers = {"Accept": "application/json", "User-Agent": "dra-driver"}
@@ -110,8 +121,11 @@ class KubeApi:
         if body is not None:
             headers["Content-Type"] = content_type
             data = json.dumps(body).encode()
+        limit = _TIMEOUT
+        if timeout is not None:
+            limit = urllib3.Timeout(total=timeout, connect=min(timeout, 5.0))
         try:
-            resp = pool.request(method, url, body=data, headers=headers)
+            resp = pool.request(method, url, body=data, headers=headers, timeout=limit)
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
         try:
@@ -126,10 +140,10 @@ class KubeApi:
             raise ApiError(resp.status, "BadResponse", f"not JSON from {path}: {payload}")
         return payload
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """GET a ResourceClaim (resource.k8s.io/v1)."""
+    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
+        """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given."""
         path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
-        result: dict[str, Any] = self.request("GET", path)
+        result: dict[str, Any] = self.request("GET", path, timeout=timeout)
         return result
 
     def apply_claim_status(

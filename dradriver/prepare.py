@@ -1,29 +1,36 @@
 """Prepare and unprepare of claims, as the kubelet asks for them: the heart of the driver.
 
 Per claim: answer from its record when it is prepared and still true (idempotency, a
-repeated call after a restart); otherwise GET the claim, plan and validate every device
-before any kernel work, and commit (lifecycle.py: journal, kernel objects, CDI specs,
-then the record). Unprepare works from the record alone. One claim's failure is its own
-error string, never the call's.
+repeated call after a restart); otherwise plan and validate every device of the claim's
+object before any kernel work, and commit (lifecycle.py: journal, kernel objects, CDI
+specs, then the record). Unprepare works from the record alone. One claim's failure is
+its own error string, never the call's.
+
+Each call has a budget (calls.py). The claims a call needs from the API are fetched
+first, side by side and outside the serialisation lock; the lock is held only for local
+work (records, kernel, CDI specs), so a slow API server never delays an unprepare.
+Once the gate drains (SIGTERM), calls refuse the claims they have not begun.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from dradriver import cdi, claims, gc, naming, netlink
+from dradriver.calls import DEFAULT_CALL_BUDGET, CallGate, Deadline
 from dradriver.config import ConfigSchema
 from dradriver.errors import ClaimError, DriverError, storage_error
+from dradriver.fetch import ClaimFetcher, ClaimSource, Fetched
 from dradriver.hookspecs import ClaimRef, HandlerContext
 from dradriver.inventory import Inventory
-from dradriver.kubeapi import ApiError
 from dradriver.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.log import event
 from dradriver.metrics import Metrics
@@ -42,18 +49,27 @@ log = logging.getLogger(__name__)
 UNPREPARE_WORKERS = 8
 
 
-class ClaimSource(Protocol):
-    """Where ResourceClaims come from (the API server)."""
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        """The ResourceClaim object as JSON."""
-
-
 class StatusSink(Protocol):
     """Receives prepared claims whose status.devices should be written."""
 
     def submit(self, record: ClaimRecord) -> None:
         """Queue a status write (never blocks, never fails the prepare)."""
+
+    def resubmit(self, record: ClaimRecord) -> None:
+        """Queue the status of an idempotent re-prepare, unless it was written already."""
+
+
+class _NotFetched(BaseException):
+    """The claim's object is needed but was not fetched: its prepared record went away
+    between the fetch and the lock. Not an Exception, so `_guarded` lets it through."""
+
+
+def _not_fetched() -> NoReturn:
+    raise _NotFetched
+
+
+def _raise(exc: Exception) -> NoReturn:
+    raise exc
 
 
 @dataclass(frozen=True)
@@ -79,17 +95,23 @@ class Preparer:
         api: ClaimSource,
         status: StatusSink | None = None,
         metrics: Metrics | None = None,
+        gate: CallGate | None = None,
         boot_id: str | None = None,
     ) -> None:
-        """Wire the collaborators; nothing is read or written yet (`boot_id`: this boot's,
-        read from the kernel when not given)."""
+        """Wire the collaborators; nothing is read or written yet. `gate` holds the
+        serialisation lock (a thread lock alone when none is given); `boot_id` is this
+        boot's (read from the kernel when not given)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
         self.registry = registry
+        self.schema = schema
+        self.inventory = inventory
         self.api = api
         self.status = status
         self.metrics = metrics
+        self.gate = gate or CallGate()
+        self.fetcher = ClaimFetcher(api)
         self.lifecycle = ClaimLifecycle(
             context, cdi_dir, records, registry, inventory, boot_id or current_boot_id()
         )
@@ -98,46 +120,99 @@ class Preparer:
 
     # -- prepare -----------------------------------------------------------------------
 
-    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
-        """Prepare every claim of one kubelet call; one bad claim never fails the others."""
-        taken: dict[tuple[str, str], str] = {}  # (pod UID, container ifname) -> claim
-        outcomes = {}
-        for ref in refs:
-            outcomes[ref.uid] = self._guarded("prepare", ref, partial(self._prepare, ref, taken))
-        return outcomes
+    def prepare(self, refs: Sequence[ClaimRef], budget: float | None = None) -> dict[str, Outcome]:
+        """Prepare every claim of one kubelet call within `budget` seconds; one bad claim
+        never fails the others.
 
-    def _prepare(self, ref: ClaimRef, taken: dict[tuple[str, str], str]) -> list[DeviceAnswer]:
+        Claims without a record are fetched first, side by side and outside the lock;
+        then, under the lock, each claim is prepared from its record or its object.
+        A claim whose record went away meanwhile is fetched in a second round.
+        """
+        gate = self.gate
+        deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
+        taken: dict[tuple[str, str], str] = {}  # (pod UID, container ifname) -> claim
+        outcomes: dict[str, Outcome] = {}
+        fetched: dict[str, Fetched] = {}
+        wanted = [ref for ref in refs if self._needs_claim(ref)]
+        with gate.call():
+            for _ in range(2):
+                todo = [ref for ref in wanted if ref.uid not in fetched]
+                fetched |= self.fetcher.fetch(todo, deadline, gate.abandon)
+                refusal = gate.acquire(deadline)
+                if refusal is not None:
+                    break
+                try:
+                    wanted = self._prepare_locked(refs, fetched, taken, outcomes, deadline)
+                finally:
+                    gate.release()
+                if not wanted:
+                    break
+        # Not done: the lock was refused, or the record went away again in round two.
+        refusal = refusal or "its allocation record changed while the call ran; the kubelet retries"
+        for ref in refs:
+            if ref.uid not in outcomes:
+                outcomes[ref.uid] = self._refuse("prepare", ref, refusal)
+        return {ref.uid: outcomes[ref.uid] for ref in refs}
+
+    def _prepare_locked(
+        self,
+        refs: Sequence[ClaimRef],
+        fetched: Mapping[str, Fetched],
+        taken: dict[tuple[str, str], str],
+        outcomes: dict[str, Outcome],
+        deadline: Deadline,
+    ) -> list[ClaimRef]:
+        """Under the lock: prepare each claim not yet answered, from its record or its
+        fetched object; return the claims that need an object this round did not fetch."""
+        unfetched = []
+        for ref in refs:
+            if ref.uid in outcomes:
+                continue
+            failed = ref.uid in fetched and fetched[ref.uid].error is not None
+            if not failed and (stop := self.gate.stop_reason(deadline)) is not None:
+                outcomes[ref.uid] = self._refuse("prepare", ref, stop)
+                continue  # a failed fetch is a better answer than "not started"
+            claim = fetched[ref.uid].get if ref.uid in fetched else _not_fetched
+            try:
+                outcomes[ref.uid] = self._guarded(
+                    "prepare", ref, partial(self._prepare, ref, taken, claim)
+                )
+            except _NotFetched:
+                unfetched.append(ref)
+        return unfetched
+
+    def _needs_claim(self, ref: ClaimRef) -> bool:
+        """Whether to fetch the claim before taking the lock: it has no record (a look at
+        the file only; it is read under the lock). An invalid UID fails under the lock."""
+        return naming.is_claim_uid(ref.uid) and not os.path.lexists(self.records.path(ref.uid))
+
+    def _prepare(
+        self,
+        ref: ClaimRef,
+        taken: dict[tuple[str, str], str],
+        claim: Callable[[], dict[str, Any]],
+    ) -> list[DeviceAnswer]:
         self._check_uid(ref)
         record = self._load(ref)
         if record is not None and record.phase == PREPARED:
             lost = self.lifecycle.restore_specs(record)
             if lost:  # only a record of an older driver cannot hold its specs
-                event(
-                    log,
-                    logging.ERROR,
-                    "CDI spec gone, not in the record",
-                    claim=ref.uid,
-                    files=",".join(lost),
-                )
+                event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
             stale = self.lifecycle.is_intact(record)
             if stale is None:
                 event(log, logging.INFO, "already prepared", claim=ref.uid)
+                if self.status is not None and record.devices:
+                    self.status.resubmit(record)  # a status that failed to write gets written
                 self._reserve(ref, record.pod_uids, record_names(record), taken)
                 return record.answer()
             # The answer in the record is no longer true: finish that prepare's undoing
             # and prepare again, from the API.
-            event(
-                log,
-                logging.WARNING,
-                "prepared claim is stale: preparing it again",
-                claim=ref.uid,
-                reason=stale,
-            )
+            event(log, logging.WARNING, "stale claim: preparing again", claim=ref.uid, why=stale)
             self.lifecycle.release(record)
             self._count(-1)
         elif record is not None:
             self.lifecycle.roll_back(record)
-        resolved = claims.resolve(self._get_claim(ref), ref, self.context.driver_name)
+        resolved = claims.resolve(claim(), ref, self.context.driver_name)
         plans = [self._planner.plan(ref, device) for device in resolved.devices]
         if not plans:
             return []  # no device of ours in this claim: nothing to do, nothing to record
@@ -178,26 +253,32 @@ class Preparer:
         if self.metrics:
             self.metrics.prepared_claims.inc(delta)
 
-    def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
-        try:
-            return self.api.get_claim(ref.namespace, ref.name)
-        except ApiError as exc:
-            if exc.status == 404:
-                raise ClaimError("not found in the API server (deleted?)") from None
-            raise ClaimError(f"cannot read the ResourceClaim: {exc}") from None
-
     def roll_back(self, record: ClaimRecord) -> None:
         """Undo a prepare that was interrupted (start-up reconciliation calls it)."""
         self.lifecycle.roll_back(record)
 
     # -- unprepare ---------------------------------------------------------------------
 
-    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
-        """Unprepare every claim of one kubelet call from local state only.
+    def unprepare(
+        self, refs: Sequence[ClaimRef], budget: float | None = None
+    ) -> dict[str, Outcome]:
+        """Unprepare every claim of one kubelet call from local state only, under the
+        lock (waited for at most `budget` seconds).
 
         Claims are independent, and the kernel lets link deletions overlap (most of the
         ~15 ms of a deletion is a wait for RCU), so several claims run at once.
         """
+        deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
+        with self.gate.call():
+            refusal = self.gate.acquire(deadline)
+            if refusal is not None:
+                return {ref.uid: self._refuse("unprepare", ref, refusal) for ref in refs}
+            try:
+                return self._unprepare_all(refs)
+            finally:
+                self.gate.release()
+
+    def _unprepare_all(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
         if len(refs) < 2:
             return {r.uid: self._guarded("unprepare", r, partial(self._unprepare, r)) for r in refs}
         if self._pool is None:  # persistent: each worker keeps its own netlink socket
@@ -241,6 +322,10 @@ class Preparer:
 
     # -- shared ------------------------------------------------------------------------
 
+    def _refuse(self, operation: str, ref: ClaimRef, reason: str) -> Outcome:
+        """The error outcome of a claim that was not worked on, logged and counted."""
+        return self._guarded(operation, ref, partial(_raise, DriverError(reason)))
+
     def _guarded(
         self, operation: str, ref: ClaimRef, fn: Callable[[], list[DeviceAnswer]]
     ) -> Outcome:
@@ -252,11 +337,9 @@ class Preparer:
             event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc)
             outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
         except OSError as exc:  # a file of ours: say which, and what the operator can do
-            error = storage_error(exc)
-            event(
-                log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=error
-            )
-            outcome = Outcome([], f"claim {ref} ({ref.uid}): {error}")
+            err = storage_error(exc)
+            event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=err)
+            outcome = Outcome([], f"claim {ref} ({ref.uid}): {err}")
         except Exception as exc:  # a bug: log the trace, answer without it
             log.exception(f"{operation} failed unexpectedly", extra={"claim": ref.uid})
             outcome = Outcome(

@@ -32,6 +32,7 @@ class Settings:
     publish_interval: float = 60.0
     metrics_addr: str | None = None
     healthcheck_port: int = -1
+    call_budget: float = 30.0
     parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
     virtual_parents: tuple[str, ...] = field(default_factory=tuple)
     sriov_pfs: tuple[str, ...] = field(default_factory=tuple)
@@ -125,6 +126,14 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "TCP port for grpc.health.v1 on localhost, for liveness probes (-1: off)",
         type=int,
     )
+    flag(
+        "--call-budget",
+        "call_budget",
+        30.0,
+        "most seconds one prepare or unprepare call may take (at most 2/3 of the kubelet's "
+        "deadline); claims not done in time get an error and the kubelet retries",
+        type=float,
+    )
     flag("--log-level", "log_level", "info", "debug, info, warning or error")
 
 
@@ -135,6 +144,8 @@ def from_args(args: argparse.Namespace) -> Settings:
     slots = int(args.virtual_slots)
     if not 0 <= slots <= 4096:
         raise SystemExit(f"--virtual-slots must be between 0 and 4096, got {slots}")
+    if hasattr(args, "call_budget") and not 0.1 <= float(args.call_budget) <= 300:
+        raise SystemExit(f"--call-budget must be 0.1 to 300 seconds, got {args.call_budget}")
     if not naming.is_dns_subdomain(args.driver_name):
         raise SystemExit(f"--driver-name must be a DNS subdomain, got {args.driver_name!r}")
     values: dict[str, object] = {
@@ -158,6 +169,7 @@ def from_args(args: argparse.Namespace) -> Settings:
             "publish_interval": float(args.publish_interval),
             "metrics_addr": args.metrics_addr or None,
             "healthcheck_port": int(args.healthcheck_port),
+            "call_budget": float(args.call_budget),
             "log_level": args.log_level,
         }
     return Settings(**values)  # type: ignore[arg-type]

@@ -1,21 +1,33 @@
-"""ResourceClaim status.devices: written in the background after a successful prepare."""
+"""ResourceClaim status.devices: written in the background after a successful prepare.
+
+A write that fails (a conflict, a server error, the API down) is tried again with a
+jittered exponential back-off, until it is written, the claim is gone (404) or it is
+unprepared (its record is gone). Pending writes are one per claim UID and bounded in
+number; an idempotent re-prepare queues the write again if this process has not written
+it, which covers writes that a restart dropped.
+"""
 
 from __future__ import annotations
 
 import logging
-import queue
+import random
 import threading
 import time
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dradriver.kubeapi import ApiError
 from dradriver.log import event
 from dradriver.metrics import Metrics
 from dradriver.records import ClaimRecord
 
 log = logging.getLogger(__name__)
 
-_RETRIES = 3
+MAX_PENDING = 4096  # claims whose status waits to be written
+BACKOFF = (0.5, 60.0)  # first and longest pause between tries of one claim, in seconds
+_WRITTEN_REMEMBERED = 4096  # claim UIDs whose status this process wrote
 
 
 class StatusApi(Protocol):
@@ -61,18 +73,39 @@ def status_body(record: ClaimRecord, driver: str, node_name: str, now: float) ->
     }
 
 
+@dataclass
+class _Pending:
+    record: ClaimRecord
+    attempts: int = 0
+    due: float = 0.0  # time.monotonic() of the next try
+
+
 class StatusWriter:
-    """A background thread that applies claim statuses; failures are logged and counted."""
+    """A background thread that applies claim statuses, retrying until each is written."""
 
     def __init__(
-        self, api: StatusApi, driver: str, node_name: str, metrics: Metrics | None = None
+        self,
+        api: StatusApi,
+        driver: str,
+        node_name: str,
+        metrics: Metrics | None = None,
+        still_prepared: Callable[[str], bool] = lambda uid: True,
+        backoff: tuple[float, float] = BACKOFF,
+        max_pending: int = MAX_PENDING,
     ) -> None:
-        """Prepare the queue; `start` launches the thread."""
+        """Prepare the queue; `start` launches the thread. `still_prepared(uid)` says
+        whether the claim still has its record (an unprepared claim's write is dropped)."""
         self._api = api
         self._driver = driver
         self._node = node_name
         self._metrics = metrics
-        self._queue: queue.Queue[ClaimRecord | None] = queue.Queue(maxsize=4096)
+        self._still_prepared = still_prepared
+        self._backoff = backoff
+        self._max = max_pending
+        self._pending: dict[str, _Pending] = {}
+        self._written: OrderedDict[str, None] = OrderedDict()
+        self._cond = threading.Condition()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
 
     def start(self) -> None:
@@ -80,42 +113,113 @@ class StatusWriter:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Finish the queued writes (up to `timeout`) and stop."""
-        self._queue.put(None)
+        """Stop after the write in progress (waiting up to `timeout`); log what is left."""
+        with self._cond:
+            self._stopping = True
+            left = len(self._pending)
+            self._cond.notify_all()
         self._thread.join(timeout)
+        if left:
+            event(
+                log,
+                logging.WARNING,
+                "claim statuses not written at shutdown: written when the claims are "
+                "prepared again",
+                pending=left,
+            )
 
     def submit(self, record: ClaimRecord) -> None:
-        """Queue a status write; if the queue is full the write is dropped and counted."""
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
-            self._failed(record, "status queue full")
+        """Queue a status write (one per claim: a newer record replaces a queued one);
+        if too many are queued the write is dropped, logged and counted."""
+        uid = record.claim.uid
+        with self._cond:
+            self._written.pop(uid, None)
+            entry = self._pending.get(uid)
+            if entry is not None:
+                entry.record = record  # keeps its back-off: never more tries than one claim
+                return
+            if len(self._pending) >= self._max:
+                full = True
+            else:
+                full = False
+                self._pending[uid] = _Pending(record, due=time.monotonic())
+                self._cond.notify_all()
+        if full:
+            self._failed(record, f"{self._max} status writes are queued already; dropped")
+
+    def resubmit(self, record: ClaimRecord) -> None:
+        """Queue the status of an idempotent re-prepare, unless this process wrote it."""
+        with self._cond:
+            if record.claim.uid in self._written:
+                return
+        self.submit(record)
+
+    def pending(self) -> int:
+        """How many claims wait for their status to be written."""
+        with self._cond:
+            return len(self._pending)
 
     def _run(self) -> None:
         while True:
-            record = self._queue.get()
-            try:
-                if record is None:
+            with self._cond:
+                entry = self._next_due()
+                if entry is None:
                     return
-                self._write(record)
-            finally:
-                self._queue.task_done()
+            self._write(entry)
 
-    def _write(self, record: ClaimRecord) -> None:
+    def _next_due(self) -> _Pending | None:
+        """The next write whose time has come (taken out of the queue); None when stopping.
+        Called with the condition held."""
+        while not self._stopping:
+            now = time.monotonic()
+            entry = min(self._pending.values(), key=lambda e: e.due, default=None)
+            if entry is not None and entry.due <= now:
+                del self._pending[entry.record.claim.uid]
+                return entry
+            self._cond.wait(None if entry is None else entry.due - now)
+        return None
+
+    def _write(self, entry: _Pending) -> None:
+        record = entry.record
+        uid = record.claim.uid
+        if not self._still_prepared(uid):
+            event(log, logging.INFO, "claim unprepared: its status is not written", claim=uid)
+            return
         body = status_body(record, self._driver, self._node, time.time())
-        for attempt in range(_RETRIES):
-            try:
-                self._api.apply_claim_status(
-                    record.claim.namespace, record.claim.name, body, self._driver
-                )
+        try:
+            self._api.apply_claim_status(
+                record.claim.namespace, record.claim.name, body, self._driver
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                event(log, logging.INFO, "claim gone: its status is not written", claim=uid)
                 return
-            except Exception as exc:
-                if attempt == _RETRIES - 1:
-                    self._failed(record, str(exc))
-                    return
-                time.sleep(0.2 * 2**attempt)
+            self._retry(entry, exc)
+            return
+        except Exception as exc:  # never let the writer thread die
+            self._retry(entry, exc)
+            return
+        with self._cond:
+            self._written[uid] = None
+            while len(self._written) > _WRITTEN_REMEMBERED:
+                self._written.popitem(last=False)
 
-    def _failed(self, record: ClaimRecord, reason: str) -> None:
+    def _retry(self, entry: _Pending, exc: Exception) -> None:
+        """Queue the write again after a jittered back-off (unless a newer one is queued)."""
+        first, longest = self._backoff
+        delay = min(longest, first * 2**entry.attempts) * random.uniform(0.5, 1.0)
+        entry.attempts += 1
+        self._failed(entry.record, str(exc), attempt=entry.attempts, retry_in=round(delay, 2))
+        with self._cond:
+            newer = self._pending.get(entry.record.claim.uid)
+            if newer is not None:
+                newer.attempts, newer.due = entry.attempts, time.monotonic() + delay
+            else:
+                entry.due = time.monotonic() + delay
+                self._pending[entry.record.claim.uid] = entry
+            self._cond.notify_all()
+
+    def _failed(self, record: ClaimRecord, reason: str, **fields: Any) -> None:
         event(
             log,
             logging.ERROR,
@@ -123,6 +227,7 @@ class StatusWriter:
             claim=record.claim.uid,
             ref=str(record.claim),
             error=reason,
+            **fields,
         )
         if self._metrics:
             self._metrics.status_failures.inc()

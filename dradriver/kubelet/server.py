@@ -7,6 +7,7 @@ advertised service is serving, because the kubelet calls them right after GetInf
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -17,6 +18,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from dradriver.calls import DEFAULT_CALL_BUDGET, call_budget
 from dradriver.hookspecs import ClaimRef, Device
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
@@ -28,7 +30,7 @@ from dradriver.kubelet.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-from dradriver.kubelet.sockets import SerializeLock, SocketPaths, remove_stale_socket
+from dradriver.kubelet.sockets import SocketPaths, remove_stale_socket
 from dradriver.log import event
 from dradriver.prepare import Outcome, Preparer
 
@@ -40,17 +42,22 @@ DRA_SERVICES = (
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
 )
 HEALTH_POLL_SECONDS = 5.0
+DRA_WORKERS = 8
+# The kubelet keeps one health stream per plugin instance (and opens a new one 5 s after
+# one ends): two leave room for a reconnect overlapping a stream not yet seen as gone,
+# and the other workers for prepare and unprepare.
+MAX_HEALTH_STREAMS = 2
 
 
 class _DRAService:
     """NodePrepareResources / NodeUnprepareResources for one API version."""
 
     def __init__(
-        self, pb2: ModuleType, preparer: Preparer, lock: SerializeLock, with_share_id: bool
+        self, pb2: ModuleType, preparer: Preparer, budget_cap: float, with_share_id: bool
     ) -> None:
         self._pb2 = pb2
         self._preparer = preparer
-        self._lock = lock
+        self._cap = budget_cap
         self._share = with_share_id
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -58,16 +65,14 @@ class _DRAService:
         resp = self._pb2.NodePrepareResourcesResponse()
         if not refs:  # liveness checks call with no claims: answer without the lock
             return resp
-        with self._lock:
-            outcomes = self._preparer.prepare(refs)
+        outcomes = self._preparer.prepare(refs, call_budget(context.time_remaining(), self._cap))
         for uid, outcome in outcomes.items():
             resp.claims[uid].CopyFrom(self._prepare_response(outcome))
         return resp
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
-        with self._lock:
-            outcomes = self._preparer.unprepare(refs)
+        outcomes = self._preparer.unprepare(refs, call_budget(context.time_remaining(), self._cap))
         resp = self._pb2.NodeUnprepareResourcesResponse()
         for uid, outcome in outcomes.items():
             resp.claims[uid].error = outcome.error or ""
@@ -111,17 +116,35 @@ class _RegistrationService(registration_pb2_grpc.RegistrationServicer):
 
 
 class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
-    """Streams the health of every device of the pool (full list on each change)."""
+    """Streams the health of every device of the pool (full list on each change).
+
+    Each open stream holds a worker of the DRA server, so at most MAX_HEALTH_STREAMS are
+    served at once; one more is answered RESOURCE_EXHAUSTED (the kubelet retries every
+    5 s). A stream ends as soon as its client goes away or the server stops.
+    """
 
     def __init__(
         self,
         pool: str,
         devices: Callable[[], list[Device]],
         poll_seconds: float = HEALTH_POLL_SECONDS,
+        max_streams: int = MAX_HEALTH_STREAMS,
     ) -> None:
         self._pool = pool
         self._devices = devices
         self._poll = poll_seconds
+        self._max = max_streams
+        self._slots = threading.BoundedSemaphore(max_streams)
+        self._open: set[threading.Event] = set()
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """End every open stream now (the driver leaves); new ones end at once."""
+        with self._lock:
+            self._closed = True
+            for gone in self._open:
+                gone.set()
 
     def snapshot(self) -> list[tuple[str, Any, str]]:
         """(device, health, message) for every device, sorted."""
@@ -132,9 +155,35 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
         )
 
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if not self._slots.acquire(blocking=False):
+            event(log, logging.WARNING, "health stream refused: too many open", limit=self._max)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._max} health streams are open already, the most this driver "
+                "serves at once; retry later",
+            )
+        try:
+            yield from self._watch(context)
+        finally:
+            self._slots.release()
+
+    def _watch(self, context: grpc.ServicerContext) -> Iterator[Any]:
+        gone = threading.Event()
+        context.add_callback(gone.set)  # cancelled, deadline, client gone, server stopped
+        with self._lock:
+            self._open.add(gone)
+            if self._closed:
+                gone.set()
+        try:
+            yield from self._stream(context, gone)
+        finally:
+            with self._lock:
+                self._open.discard(gone)
+
+    def _stream(self, context: grpc.ServicerContext, gone: threading.Event) -> Iterator[Any]:
         pb = health_v1alpha1_pb2
         last: list[tuple[str, Any, str]] | None = None
-        while context.is_active():
+        while context.is_active() and not gone.is_set():
             current = self.snapshot()
             if current != last:
                 now = int(time.time())
@@ -150,7 +199,7 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
                     ]
                 )
                 last = current
-            time.sleep(self._poll)
+            gone.wait(self._poll)
 
 
 class KubeletServer:
@@ -162,25 +211,28 @@ class KubeletServer:
         driver: str,
         pool: str,
         preparer: Preparer,
-        lock: SerializeLock,
         devices: Callable[[], list[Device]],
         on_registered: Callable[[], None] = lambda: None,
+        budget_cap: float = DEFAULT_CALL_BUDGET,
     ) -> None:
-        """Build the services; nothing listens until `start`."""
+        """Build the services; nothing listens until `start`. A call's budget is derived
+        from its gRPC deadline, at most `budget_cap` seconds (--call-budget)."""
         self.paths = paths
         self._driver = driver
         self.health = health.HealthServicer()
         self._service = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dra")
+            futures.ThreadPoolExecutor(max_workers=DRA_WORKERS, thread_name_prefix="dra")
         )
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1_pb2, preparer, lock, with_share_id=True), self._service
+            _DRAService(dra_v1_pb2, preparer, budget_cap, with_share_id=True), self._service
         )
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1beta1_pb2, preparer, lock, with_share_id=False), self._service
+            _DRAService(dra_v1beta1_pb2, preparer, budget_cap, with_share_id=False),
+            self._service,
         )
+        self._device_health = _ResourceHealthService(pool, devices)
         health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-            _ResourceHealthService(pool, devices), self._service
+            self._device_health, self._service
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._service)
         self._registration = grpc.server(
@@ -218,11 +270,17 @@ class KubeletServer:
             service=str(self.paths.service),
         )
 
-    def stop(self, grace: float = 5.0) -> None:
-        """Deregister first (remove the registration socket), then stop serving."""
+    def deregister(self) -> None:
+        """Leave the kubelet (remove the registration socket); calls are still served."""
         self.paths.registration.unlink(missing_ok=True)
         self._registration.stop(0)
         self.health.enter_graceful_shutdown()
+        self._device_health.close()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Deregister, then stop serving (calls still running after `grace` are cancelled:
+        drain the preparer's gate first so that none is)."""
+        self.deregister()
         self._service.stop(grace).wait(grace)
         if self._tcp_health is not None:
             self._tcp_health.stop(0)

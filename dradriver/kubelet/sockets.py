@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -60,8 +62,16 @@ def remove_stale_socket(path: Path) -> bool:
     return True
 
 
+_FLOCK_POLL = (0.001, 0.02)  # first and longest pause between tries of a busy flock
+
+
 class SerializeLock:
-    """Serialises prepare/unprepare across threads and across driver instances (flock)."""
+    """Serialises prepare/unprepare across threads and across driver instances (flock).
+
+    The file lock is held exactly while a thread holds the thread lock, and the file is
+    closed (which drops the flock) only when no thread does: an instance that is shutting
+    down never lets a new one in while it still works.
+    """
 
     def __init__(self, path: Path) -> None:
         """Open (creating) the lock file."""
@@ -69,13 +79,39 @@ class SerializeLock:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._thread_lock = threading.Lock()
 
-    def __enter__(self) -> SerializeLock:
-        self._thread_lock.acquire()
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Take both locks, waiting at most `timeout` seconds (-1: no limit); whether taken."""
+        if not blocking:
+            timeout = 0
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        if not self._thread_lock.acquire(timeout=-1 if timeout < 0 else timeout):
+            return False
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            pause = _FLOCK_POLL[0]
+            while True:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except OSError as exc:  # another instance holds it
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self._thread_lock.release()
+                    return False
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, _FLOCK_POLL[1])
         except BaseException:
             self._thread_lock.release()
             raise
+
+    def release(self) -> None:
+        """Let go of both locks."""
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._thread_lock.release()
+
+    def __enter__(self) -> SerializeLock:
+        self.acquire()
         return self
 
     def __exit__(
@@ -84,9 +120,13 @@ class SerializeLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._thread_lock.release()
+        self.release()
 
-    def close(self) -> None:
-        """Close the lock file."""
+    def close(self, timeout: float = 5.0) -> bool:
+        """Close the lock file once no thread holds the lock (waiting at most `timeout`
+        seconds); whether it was closed. If not, the file stays open (and locked by that
+        thread) until the process ends: the kernel drops the flock when it exits."""
+        if not self._thread_lock.acquire(timeout=timeout):
+            return False
         os.close(self._fd)
+        return True

@@ -1,6 +1,7 @@
-"""Two instances (seamless rolling update): unique sockets, shared state, serialised calls."""
+"""Two instances (seamless rolling update): unique sockets, shared state, serialised work."""
 
-import itertools
+import fcntl
+import os
 import threading
 import time
 import uuid
@@ -8,6 +9,8 @@ import uuid
 import pytest
 
 from tests.integration.helpers import answer, nothing_left, veth_claim
+from tests.support.runtime import links_in
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
 
@@ -32,36 +35,42 @@ def test_each_instance_has_its_own_sockets_and_either_answers_any_call(api, star
 
 
 def test_calls_are_serialised_across_instances(api, start_driver, ns):
+    """Both instances fetch their claims at once, but touch the node only with the lock,
+    here held by the test as a third instance would."""
     fake, _ = api
     a = start_driver(pod_uid=str(uuid.uuid4()))
     b = start_driver(pod_uid=str(uuid.uuid4()))
     claims = [veth_claim(f"c{i}", interface=f"net{i}") for i in range(4)]
     for c in claims:
         fake.add_claim(c)
-    spans = []
-    orig = fake.handle
+    answers = {}
 
-    def timed(method, path, query, body):
-        start = time.monotonic()
-        result = orig(method, path, query, body)
-        if method == "GET" and "/resourceclaims/" in path:
-            time.sleep(0.3)  # a slow API server widens any overlap
-            spans.append((start, time.monotonic()))
-        return result
+    def prepare(inst, claim):
+        answers[claim["metadata"]["uid"]] = answer(inst.prepare([claim]), claim)
 
-    fake.handle = timed
     threads = [
-        threading.Thread(target=inst.prepare, args=([c],))
+        threading.Thread(target=prepare, args=(inst, c))
         for inst, c in zip([a, b, a, b], claims, strict=True)
     ]
-    for t in threads:
-        t.start()
+    lock = os.open(a.plugins / "dra.example.com" / "serialize.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for t in threads:
+            t.start()
+        wait_for("the four claim GETs", lambda: len(_claim_gets(fake)) == 4, 10, log=a.log)
+        time.sleep(0.5)
+        assert links_in(ns) == [] and list(a.state.glob("*.alloc.json")) == []
+        assert answers == {}
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
     for t in threads:
         t.join(30)
-    spans.sort()
-    assert len(spans) == 4
-    for (_, end), (start, _) in itertools.pairwise(spans):
-        assert start >= end, "two prepares ran at the same time"
-    fake.handle = orig
+    assert [answers[c["metadata"]["uid"]].error for c in claims] == [""] * 4
+    assert len(links_in(ns)) == 8
     a.unprepare(claims)
     nothing_left(ns, a)
+
+
+def _claim_gets(fake):
+    return [r for r in list(fake.requests) if r[0] == "GET" and "/resourceclaims/" in r[1]]

@@ -27,7 +27,17 @@ LAYERS: dict[str, set[str]] = {
         "admission.fragment",
         "admission.merged",
     },
-    "services": {"inventory", "plan", "lifecycle", "prepare", "gc", "status", "publisher"},
+    "services": {
+        "inventory",
+        "plan",
+        "calls",
+        "fetch",
+        "lifecycle",
+        "prepare",
+        "gc",
+        "status",
+        "publisher",
+    },
     "kubelet": {"kubelet", "kubelet.sockets", "kubelet.server", "kubelet.proto"},
     "nri": {
         "nri",

@@ -41,10 +41,12 @@ NIC_MAC = "02:00:00:00:10:01"
 class Claims:
     """The API's ResourceClaims, as Preparer asks for them (GET with the API's errors)."""
 
+    server = "the API stand-in"
+
     def __init__(self) -> None:
         self.fake = FakeApi()
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
         path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
         code, body = self.fake.handle("GET", path, {}, None)
         if code >= 400:
