@@ -151,7 +151,7 @@ def _mark(node: Any, path: tuple[str, ...]) -> Any:
         if PLACEHOLDER not in node:
             return node
         if path and path[-1] in CEL_FIELDS:
-            _check_in_cel_literals(node, where)
+            check_in_cel_literals(node, where)
             return _Block(node.replace(PLACEHOLDER, CEL_NAME))
         return _Quoted(node.replace(PLACEHOLDER, YAML_NAME))
     return node
@@ -161,9 +161,9 @@ def _has_token(text: str) -> bool:
     return any(t in text for t in (*ACTIONS_OF_TOKENS, LABELS))
 
 
-def _check_in_cel_literals(expr: str, where: str) -> None:
+def check_in_cel_literals(expr: str, where: str) -> None:
     """Raise unless every occurrence of the placeholder in CEL `expr` is inside a
-    single-quoted, non-raw string literal (what lit() writes)."""
+    single-quoted string literal without prefix (what lit() writes: not raw, not bytes)."""
     inside: list[tuple[int, int]] = []
     i = 0
     while i < len(expr):
@@ -171,12 +171,13 @@ def _check_in_cel_literals(expr: str, where: str) -> None:
         if ch not in "'\"":
             i += 1
             continue
-        raw = i > 0 and expr[i - 1] in "rR" and (i < 2 or not expr[i - 2].isalnum())
+        prefix = re.search(r"(?<![A-Za-z0-9_])[rRbB]{1,2}$", expr[:i])
+        raw = prefix is not None and "r" in prefix[0].lower()
         quote = expr[i : i + 3] if expr[i : i + 3] in ("'''", '"""') else ch
         j = i + len(quote)
         while j < len(expr) and not expr.startswith(quote, j):
             j += 1 if raw or expr[j] != "\\" else 2
-        if ch == "'" and not raw and quote == "'":
+        if quote == "'" and prefix is None:
             inside.append((i + 1, j))
         i = j + len(quote)
     for match in re.finditer(re.escape(PLACEHOLDER), expr):

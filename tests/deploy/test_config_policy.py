@@ -121,18 +121,20 @@ def test_the_template_takes_the_driver_name_only_where_it_can_quote_it():
     gcp = gen_config_policy()
     p = gcp.PLACEHOLDER
     fine = f"c.driver == '{p}' && 'it\\'s' == \"x\" + '{p} config: ' + 'a\\\\'"
-    gcp._check_in_cel_literals(fine, "fine")
+    gcp.check_in_cel_literals(fine, "fine")
     outside = [
         f"c.driver == {p}",
         f'c.driver == "{p}"',
         f"c.driver == r'{p}'",
+        f"c.driver == b'{p}'",
+        f"c.driver == Rb'{p}'",
         f"c.driver == '''{p}'''",
         f"'a\\\\' + {p}",
         f"'it\\'s' + {p} + ''",
     ]
     for expr in outside:
         with pytest.raises(gcp.TemplateError, match="outside a single-quoted string literal"):
-            gcp._check_in_cel_literals(expr, "expr")
+            gcp.check_in_cel_literals(expr, "expr")
 
     def by_length(driver: str) -> tuple[str, str]:
         return f"kind: X\nname: {driver}\nsize: {len(driver)}\n", ""

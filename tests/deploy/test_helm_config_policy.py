@@ -215,7 +215,7 @@ def test_a_generated_policy_for_another_driver_or_incomplete_fails(helm, tmp_pat
     assert "configPolicy.generated holds ValidatingAdmissionPolicy" in err
     assert "not the two policies and two bindings of driverName dra.example.com" in err
     err = refused(helm, tmp_path, "kind: [unclosed\n")
-    assert "configPolicy.generated: document 0 is not YAML" in err
+    assert "configPolicy.generated: document 0 is not a YAML object" in err
 
 
 def refused(helm: Path, tmp_path: Path, generated: str, *sets: str) -> str:
