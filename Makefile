@@ -82,7 +82,7 @@ deploy: ## install namespace, RBAC, admission policies, DaemonSet and DeviceClas
 helm: ## build helm from the Go module proxy (hack/build-helm.sh, cached in .cache/helm)
 	hack/build-helm.sh
 
-manifests: helm ## write deploy/driver.yaml and deploy/resourceclass.yaml from the Helm chart
+manifests: helm ## write deploy/driver.yaml, resourceclass.yaml, config-policy.yaml from the Helm chart
 	$(PYTHON) hack/gen_manifests.py --helm $(HELM)
 
 helm-lint: helm ## helm lint --strict of the chart
@@ -146,9 +146,9 @@ lint: ## ruff check, ruff format --check, mypy
 proto: ## regenerate the protobuf modules next to dradriver/{kubelet,nri}/proto/*.proto
 	$(PYTHON) hack/gen_proto.py
 
-config-policy: ## regenerate deploy/config-policy.yaml (admission policies) from the config schema
-	$(PYTHON) -m dradriver admission-policy > deploy/config-policy.yaml.tmp
-	mv deploy/config-policy.yaml.tmp deploy/config-policy.yaml
+config-policy: ## regenerate the chart's config admission policies from the config schema, then deploy/
+	$(PYTHON) hack/gen_config_policy.py
+	$(MAKE) manifests
 
 test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipvlan, soft-RoCE)
 	PYTHON=$(PYTHON) hack/test-kernel.sh

@@ -111,16 +111,26 @@ def run_k8scheck(binary: Path, *args: str, cases: list[Any]) -> list[Any]:
     return list(results)
 
 
+def _hack_module(name: str) -> ModuleType:
+    """hack/NAME.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "hack" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @cache
 def gen_manifests() -> ModuleType:
     """hack/gen_manifests.py (the chart -> deploy/ generator) as a module."""
-    path = ROOT / "hack" / "gen_manifests.py"
-    spec = importlib.util.spec_from_file_location("gen_manifests", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_manifests"] = module
-    spec.loader.exec_module(module)
-    return module
+    return _hack_module("gen_manifests")
+
+
+@cache
+def gen_config_policy() -> ModuleType:
+    """hack/gen_config_policy.py (`dra-driver admission-policy` -> chart template)."""
+    return _hack_module("gen_config_policy")
 
 
 def makefile_var(name: str) -> str:

@@ -1,7 +1,9 @@
 """The Helm chart deploy/helm/dra-driver, rendered by a real helm (hack/build-helm.sh).
 
-- One source of truth: deploy/driver.yaml and deploy/resourceclass.yaml are exactly what
-  the chart renders with its default values (hack/gen_manifests.py, `make manifests`).
+- One source of truth: deploy/driver.yaml, deploy/resourceclass.yaml and
+  deploy/config-policy.yaml are exactly what the chart renders with its default values
+  (hack/gen_manifests.py, `make manifests`); the config policies' template is the
+  generator's (test_config_policy.py), their values are test_helm_config_policy.py's.
 - Every flag of `dra-driver run` has a value (or a stated reason why a pod sets it
   otherwise), and every value reaches the driver's Settings as given.
 - Non-default renderings validate like deploy/ does: Kubernetes' OpenAPI schemas, and
@@ -117,6 +119,7 @@ NON_DEFAULT: dict[str, Any] = {
         "rdmaDevices": {"enabled": True, "name": "net-rdma"},
         "roceDevices": {"enabled": True, "name": "net-roce"},
     },
+    "configPolicy": {"validationActions": ["Warn", "Audit"], "failurePolicy": "Fail"},
 }
 
 
@@ -187,9 +190,10 @@ def test_helm_lint_strict(helm, tmp_path, variant):
 
 
 def test_deploy_files_are_the_charts_default_rendering(helm):
-    """deploy/driver.yaml and deploy/resourceclass.yaml, byte for byte (comments too)."""
+    """deploy/driver.yaml, resourceclass.yaml, config-policy.yaml, byte for byte (comments
+    too)."""
     wanted = gen.manifests(gen.render(helm))
-    assert set(wanted) == {"driver.yaml", "resourceclass.yaml"}
+    assert set(wanted) == {"driver.yaml", "resourceclass.yaml", "config-policy.yaml"}
     present = gen.generated_files()
     diff = gen.differences(wanted, present)
     assert not diff, f"deploy/ differs from the chart: run `make manifests`\n{diff}"
@@ -198,6 +202,9 @@ def test_deploy_files_are_the_charts_default_rendering(helm):
     assert '# RBAC cannot say "only your own node\'s ResourceSlices"' in driver
     assert "# Seamless upgrade: the new pod starts beside the old one" in driver
     assert "Every selector first checks the driver" in (DEPLOY / "resourceclass.yaml").read_text()
+    policies = (DEPLOY / "config-policy.yaml").read_text()
+    assert "# (templates/config-policy/), rendered with its default values" in policies
+    assert "whose opaque config for dra.example.com\n# the driver would refuse" in policies
 
 
 def test_drift_and_misplaced_templates_are_caught(helm):
@@ -453,6 +460,15 @@ def test_optional_objects_and_metrics(helm, tmp_path):
     assert {d["metadata"]["name"] for d in by_kind(off, "DeviceClass")} == {
         "network-devices", "virtual-network", "roce-devices"
     }  # fmt: skip
+    assert len(by_kind(defaults, "ValidatingAdmissionPolicy")) == 3
+    no_config_policy = render(helm, "--set", "configPolicy.enabled=false")
+    assert [
+        p["metadata"]["name"] for p in by_kind(no_config_policy, "ValidatingAdmissionPolicy")
+    ] == ["dra-driver-resourceslices"]
+    assert [
+        b["spec"]["policyName"]
+        for b in by_kind(no_config_policy, "ValidatingAdmissionPolicyBinding")
+    ] == ["dra-driver-resourceslices"]
 
 
 @pytest.mark.parametrize(
@@ -506,9 +522,12 @@ def test_driver_name_and_namespace_flow_everywhere(helm, k8scheck, tmp_path):
     [roce] = [d for d in by_kind(docs, "DeviceClass") if d["metadata"]["name"] == "roce-devices"]
     assert roce["spec"]["config"][0]["opaque"]["driver"] == OTHER_DRIVER
 
-    # The policy, by Kubernetes' admission code, for the renamed service account.
+    # The policy, by Kubernetes' admission code, for the renamed service account (the
+    # config policies, which follow the driver name, are test_helm_config_policy.py's).
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(text)
+    policy_file.write_text(
+        "---\n".join(t for path, t in gen.documents(text) if path.startswith("driver/"))
+    )
     assert policy_mistakes(k8scheck, policy_file, sa=user) == []
     # The selectors, by Kubernetes' CEL: same verdicts for the renamed driver's devices
     # as the default classes give dra.example.com's, and none for dra.example.com's.

@@ -142,7 +142,8 @@ def test_all_runs_the_steps_in_order():
         ("helm-uninstall", " uninstall dra-driver --kube-context kind-dra-driver"),
         ("deploy", "-f deploy/config-policy.yaml"),
         ("undeploy", "delete --ignore-not-found -f deploy/config-policy.yaml"),
-        ("config-policy", "-m dradriver admission-policy > deploy/config-policy.yaml.tmp"),
+        ("config-policy", "python hack/gen_config_policy.py\n"),
+        ("config-policy", "make manifests"),
     ],
 )
 def test_target_commands(make_available, target, command):

@@ -11,6 +11,9 @@ directory, as on a node whose kubelet root is not /var/lib/kubelet.
 
 The release uses its own names (release, namespace, driver name, DeviceClass names), so
 it is beside, not over, the session's deploy/ objects: a second driver in one cluster.
+Its config admission policies follow its driver name: the API server refuses a bad
+config of that driver at create time (and only warns once an upgrade says Warn), and
+they are gone with the release.
 deploy/ itself is the chart's default rendering (tests/deploy/test_helm_chart.py), which
 every other e2e scenario applies.
 """
@@ -32,7 +35,7 @@ from tests.support.driverproc import DriverProcess
 from tests.support.helm import helm_binary, helm_env
 from tests.support.waiting import wait_for
 
-from .cluster import CONTROLLERS, DEPLOY, RESOURCE, SLICES, Cluster
+from .cluster import ADMISSION, CONTROLLERS, DEPLOY, RESOURCE, SLICES, Cluster
 from .conftest import Node, forwarded, node_machine
 from .forward import Forwarder
 from .kube import ApiError, load_documents
@@ -48,6 +51,8 @@ NODE = "e2e-helm-node"
 DRIVER = "helm.e2e.example.com"
 NAME = f"{RELEASE}-dra-driver"  # the chart's full name for this release
 POLICY = f"{NAME}-resourceslices"
+CONFIG_POLICY = f"{DRIVER}-opaque-config"  # named after the driver, not the release
+MERGED_POLICY = f"{DRIVER}-opaque-config-merged"
 INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 CLASS = "helm-virtual-network"
 
@@ -229,6 +234,56 @@ def run_pod(node: Node, pod: dict[str, Any], fwd_kubeconfig: Path) -> DriverProc
     return d
 
 
+def config_claim(namespace: str, netdev: dict[str, Any]) -> dict[str, Any]:
+    """A claim of the chart's virtual class with a netdev config for the chart's driver."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "bad-config", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "nic", "exactly": {"deviceClassName": CLASS}}],
+                "config": [
+                    {
+                        "requests": ["nic"],
+                        "opaque": {
+                            "driver": DRIVER,
+                            "parameters": {"type": "netdev", "netdev": netdev},
+                        },
+                    }
+                ],
+            }
+        },
+    }
+
+
+BAD_CONFIG = {"kind": "macvlan", "parent": "eth0", "mtu": 70000}
+MTU_MESSAGE = (
+    f"{DRIVER} opaque config: spec.devices.config[0].opaque.parameters.netdev.mtu: "
+    "70000 is out of range 68-65535"
+)
+
+
+def kubectl_create(cluster: Cluster, obj: dict[str, Any], *flags: str) -> Any:
+    """`kubectl create -f -` of `obj`, as a user would (its exit status and output)."""
+    return cluster.cp.kubectl("create", *flags, "-f", "-", input=yaml.safe_dump(obj), check=False)
+
+
+def config_policies_enforced(cluster: Cluster) -> None:
+    """The chart's two config policies act (the API server's informers have them, and
+    the merged one the chart's DeviceClasses): a claim only each refuses is refused."""
+    probes = {
+        CONFIG_POLICY: config_claim("default", {"mtu": 1}),
+        MERGED_POLICY: config_claim("default", {"kind": "macvlan"}),  # no parent
+    }
+    for policy, claim in probes.items():
+        wait_for(
+            f"admission policy {policy} to be enforced",
+            lambda p=policy, c=claim: cluster.config_policy_refuses(p, c),
+            30,
+        )
+
+
 def slots(cluster: Cluster) -> str | None:
     for s in cluster.slices(NODE, DRIVER):
         for dev in s["spec"].get("devices") or []:
@@ -288,6 +343,23 @@ def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: s
         assert stored["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
         assert stored["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
+    # The config policies of the chart's driver name: a bad config of that driver is
+    # refused when it is created, the message naming the bad field; nothing is stored.
+    names = {o["metadata"]["name"] for o in installed}
+    assert {n for n in names if "opaque-config" in n} == {CONFIG_POLICY, MERGED_POLICY}
+    config_policies_enforced(cluster)
+    bad = config_claim(kns, BAD_CONFIG)
+    res = kubectl_create(cluster, bad)
+    assert res.returncode != 0, res.stdout
+    print(f"kubectl create of a bad config: {res.stderr.strip()}")
+    assert res.stderr.strip() == (
+        'The resourceclaims "bad-config" is invalid: : '
+        f"ValidatingAdmissionPolicy '{CONFIG_POLICY}' with binding '{CONFIG_POLICY}' "
+        f"denied request: {MTU_MESSAGE}"
+    )
+    claim_path = f"{RESOURCE}/namespaces/{kns}/resourceclaims/bad-config"
+    assert cluster.get(claim_path, missing_ok=True) is None
+
     # The DaemonSet controller makes one pod, for the one labelled node; the scheduler
     # binds it there. The test runs it as the kubelet would, and reports it running.
     [pod] = wait_for(
@@ -319,9 +391,10 @@ def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: s
     prepare_one(cluster, old, kns, "before-upgrade")
     assert "level=debug" not in old.log()
 
-    # --- helm upgrade: fewer slots, debug logging, no RDMA class -------------------------
+    # --- helm upgrade: fewer slots, debug logging, no RDMA class, config policies warn ---
     values["settings"] |= {"virtualSlots": 4, "logLevel": "debug"}
     values["deviceClasses"]["rdmaDevices"]["enabled"] = False
+    values["configPolicy"] = {"validationActions": ["Warn"]}
     helm(
         "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE,
         "--values", helm.values("upgrade", values),
@@ -373,6 +446,20 @@ def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: s
     prepare_one(cluster, new, kns, "after-upgrade")
     assert slots(cluster) == "4"
 
+    # The bindings now say Warn: the bad config gets in, with the same message as a
+    # warning to the client (a server-side dry run: nothing is stored).
+    def warned() -> Any:
+        res = kubectl_create(cluster, bad, "--dry-run=server")
+        return res if res.returncode == 0 else None
+
+    res = wait_for("the config policy to warn instead of refusing", warned, 30)
+    print(f"with validationActions [Warn]: {res.stderr.strip()}")
+    assert (
+        f"Warning: Validation failed for ValidatingAdmissionPolicy '{CONFIG_POLICY}' "
+        f"with binding '{CONFIG_POLICY}': {MTU_MESSAGE}"
+    ) in res.stderr.splitlines(), res.stderr
+    assert "(server dry run)" in res.stdout
+
     # --- helm uninstall -------------------------------------------------------------------
     upgraded = helm.manifest()
     helm("uninstall", RELEASE, "--namespace", NAMESPACE)
@@ -380,6 +467,17 @@ def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: s
     for obj in upgraded:
         path = object_path(cluster, obj)
         assert cluster.get(path, missing_ok=True) is None, f"{path} is left"
+    for name in (CONFIG_POLICY, MERGED_POLICY):
+        for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+            assert cluster.get(f"{ADMISSION}/{kind}/{name}", missing_ok=True) is None, name
+    # ... and no longer act: the bad config is accepted without a word from them.
+    wait_for(
+        "the config policies to be gone from the API server's informers",
+        lambda: CONFIG_POLICY not in kubectl_create(cluster, bad, "--dry-run=server").stderr,
+        30,
+    )
+    res = kubectl_create(cluster, bad, "--dry-run=server")
+    assert res.returncode == 0 and "Warning" not in res.stderr, res.stderr
     # The garbage collector deletes the DaemonSet's pod (and revisions); the kubelet
     # stops the driver and removes the pod, and the driver's slices once it is gone.
     wait_for(

@@ -47,6 +47,18 @@ virtualParents (--virtual-parents) is DRA_VIRTUAL_PARENTS (dradriver/settings.py
 DRA_{{ . | snakecase | upper }}
 {{- end -}}
 
+{{/* A string as the content of a single-quoted CEL string literal, escaped as
+dradriver/admission/cel.py's lit() escapes it (the config policies are its output). */}}
+{{- define "dra-driver.celStringContent" -}}
+{{- . | replace "\\" "\\\\" | replace "'" "\\'" | replace "\n" "\\n" | replace "\r" "\\r" | replace "\t" "\\t" -}}
+{{- end -}}
+
+{{/* A string as the content of a YAML double-quoted string (JSON's escapes are
+YAML's). */}}
+{{- define "dra-driver.yamlQuotedContent" -}}
+{{- . | toJson | trimPrefix "\"" | trimSuffix "\"" -}}
+{{- end -}}
+
 {{/* The TCP port of settings.metricsAddr (host:port, values.schema.json checks its
 form); fails naming the values when it is empty. */}}
 {{- define "dra-driver.metricsPort" -}}
