@@ -15,6 +15,12 @@ also runs on an exception in the ``with`` block, on Ctrl-C and on SIGTERM (turne
 into KeyboardInterrupt while the control plane runs), at interpreter exit, and,
 as a last resort, by the kernel (parent-death signal) if Python itself is killed.
 
+The node tier runs the same control plane inside the node's network namespace
+(``netns=``, ``real_nodes=True``): the components start there, a forwarder on the
+host's 127.0.0.1 at the API server's own port leads into it (so one kubeconfig
+serves the host and the node), and kube-apiserver is set up to talk to a real
+kubelet.
+
 As a pytest session fixture (a test's failure does not reach the fixture, so
 call ``cp.print_logs()`` from a ``pytest_runtest_makereport`` hook to see why):
 
@@ -29,15 +35,18 @@ call ``cp.print_logs()`` from a ``pytest_runtest_makereport`` hook to see why):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from tests.support import netns as netns_
 
 from .certs import (
     CertificateAuthority,
@@ -45,6 +54,7 @@ from .certs import (
     write_kubeconfig,
     write_signing_key,
 )
+from .forward import Forwarder
 from .kube import ApiError, Rest, Source
 from .procs import Component, SigtermAsInterrupt, free_port
 from .specs import (
@@ -94,10 +104,14 @@ class ControlPlane:
         *,
         verbosity: int = 2,
         keep_workdir: bool | None = None,
+        netns: str | None = None,
+        real_nodes: bool = False,
     ) -> None:
         self.bin_dir = Path(bin_dir)
         self.workdir = Path(workdir)
-        self.layout = Layout(self.bin_dir, self.workdir, verbosity)
+        self.netns = netns
+        self.layout = Layout(self.bin_dir, self.workdir, verbosity, real_nodes=real_nodes)
+        self.forwarder: Forwarder | None = None
         self.feature_gates: dict[str, bool] = {**DRA_FEATURE_GATES, **(feature_gates or {})}
         self.apiserver_feature_gates = dict(self.feature_gates)
         self.verbosity = verbosity
@@ -147,6 +161,10 @@ class ControlPlane:
         self._sigterm.install()
         try:
             self._prepare()
+            if self.netns is not None:
+                port = self.layout.ports["apiserver"]
+                self.forwarder = Forwarder(None, port, connect_ns=self.netns, port=port)
+                self.forwarder.start()
             # All at once: each retries its server until it is up, which
             # overlaps the start-up work of all four (~1 s saved).
             for name in self.components:
@@ -172,6 +190,9 @@ class ControlPlane:
         for name in reversed(list(self.components)):
             self.components[name].stop()
         self.components.clear()
+        if self.forwarder is not None:
+            self.forwarder.stop()
+            self.forwarder = None
         if self.rest is not None:
             self.rest.close()
             self.rest = None
@@ -220,8 +241,9 @@ class ControlPlane:
             "kube-controller-manager": controller_manager_argv(lay, gates),
             "kube-scheduler": scheduler_argv(lay, gates),
         }
+        wrap = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
         self.components = {
-            name: Component(name, argv, self.workdir / f"{name}.log")
+            name: Component(name, argv, self.workdir / f"{name}.log", wrap)
             for name, argv in argvs.items()
         }
 
@@ -236,14 +258,24 @@ class ControlPlane:
             for comp in self.components.values():
                 comp.check()
             try:
-                if ready():
-                    return
+                with self._in_netns():
+                    if ready():
+                        return
             except (OSError, ApiError):
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} not ready after {timeout:.0f}s")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+
+    @contextlib.contextmanager
+    def _in_netns(self) -> Iterator[None]:
+        """Probe the components where they listen (only the API server is forwarded)."""
+        if self.netns is None:
+            yield
+            return
+        with netns_.inside(self.netns):
+            yield
 
     def _etcd_healthy(self) -> bool:
         return self._rest().plain_health(f"http://127.0.0.1:{self.layout.ports['etcd']}/health")
@@ -318,12 +350,22 @@ class ControlPlane:
         if binary is None:
             raise FileNotFoundError("no kubectl: run hack/build-k8s.sh")
         return subprocess.run(
-            [binary, f"--kubeconfig={self.admin_kubeconfig}", *args],
+            # Its discovery cache in the work directory, not in ~/.kube/cache.
+            [
+                binary,
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--cache-dir={self.kubectl_cache}",
+                *args,
+            ],
             check=check,
             text=True,
             capture_output=True,
             input=input,
         )
+
+    @property
+    def kubectl_cache(self) -> Path:
+        return self.workdir / "kubectl-cache"
 
     def create_node(
         self,
@@ -366,10 +408,29 @@ class ControlPlane:
             pod = rest.request(
                 "POST", f"{ns_path}/pods", standin_pod_manifest(pod_name, sa_name, node_name)
             )
-        token = rest.request(
+        return self.bound_token_kubeconfig(
+            namespace, sa_name, pod, node_name, expiration_seconds=expiration_seconds
+        )
+
+    def bound_token_kubeconfig(
+        self,
+        namespace: str,
+        sa_name: str,
+        pod: Mapping[str, Any],
+        node_name: str,
+        *,
+        expiration_seconds: int = 86400,
+    ) -> Path:
+        """Kubeconfig with a token of ``namespace/sa_name`` bound to ``pod`` (an existing
+        Pod on ``node_name``), as the kubelet would mount it into that pod; the API
+        server adds ``authentication.kubernetes.io/node-name``, checked with a
+        SelfSubjectReview before returning."""
+        meta = pod["metadata"]
+        stem = dns_label(f"{namespace}-{meta['name']}")
+        token = self._rest().request(
             "POST",
-            f"{sa_path}/token",
-            token_request(pod_name, pod["metadata"]["uid"], expiration_seconds),
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa_name}/token",
+            token_request(meta["name"], meta["uid"], expiration_seconds),
         )["status"]["token"]
         user = self.whoami(token)
         extra = user.get("extra", {})
@@ -379,7 +440,7 @@ class ControlPlane:
                 f"{node_name}: user info is {user}"
             )
         return write_kubeconfig(
-            self.workdir / f"sa-{dns_label(f'{namespace}-{sa_name}-{node_name}')}.kubeconfig",
+            self.workdir / f"sa-{stem}.kubeconfig",
             server=self.server,
             ca_pem=self.ca.pair.cert_pem(),
             user=f"{namespace}-{sa_name}",

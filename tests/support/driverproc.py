@@ -28,7 +28,8 @@ RUNNING: set[int] = set()  # pids of daemons started by tests (checked at sessio
 
 
 class DriverProcess:
-    """`dra-driver run` with its own kubelet directories under `root`."""
+    """`dra-driver run` with its own kubelet directories under `root` (or the given
+    ones: a real kubelet's, on the node tier)."""
 
     def __init__(
         self,
@@ -39,12 +40,16 @@ class DriverProcess:
         pod_uid: str | None = None,
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        *,
+        registry: Path | None = None,
+        plugins: Path | None = None,
+        cdi: Path | None = None,
     ) -> None:
         self.root = root
         self.ns = ns
-        self.registry = root / "registry"
-        self.plugins = root / "plugins"
-        self.cdi = root / "cdi"
+        self.registry = registry or root / "registry"
+        self.plugins = plugins or root / "plugins"
+        self.cdi = cdi or root / "cdi"
         self.state = self.cdi / f"{DRIVER}-state"
         self.node = node
         self.pod_uid = pod_uid
