@@ -15,6 +15,7 @@ TARGETS = [
     *("all", "kind-image", "cluster", "build", "load", "deploy", "undeploy"),
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
     *("test", "lint", "proto", "test-kernel", "e2e", "bench"),
+    *("node-build", "demo", "demo-down", "test-node"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
 NO_TOOLS = ["DOCKER=true", "KIND=true", "KUBECTL=true", "SKIP_DUMMY_CHECK=1"]
@@ -132,11 +133,29 @@ def test_all_runs_the_steps_in_order():
         ("network-test", "apply -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml"),
         ("cluster", "--config kind-config.yaml"),
         ("deploy", "-f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml"),
+        ("node-build", "hack/build-k8s.sh\nhack/build-node.sh"),
+        ("demo", "-m tests.node.demo up --workdir /tmp/dra-demo"),
+        ("demo-down", "-m tests.node.demo down --workdir /tmp/dra-demo"),
+        ("test-node", "-m pytest tests/node"),
     ],
 )
 def test_target_commands(make_available, target, command):
     res = make("-n", target, *NO_TOOLS)
     assert command in res.stdout, res.stdout
+
+
+def test_cluster_local_points_the_checker_at_the_demo_node(make_available):
+    """CLUSTER=local: the demo's kubeconfig, and the examples as the demo adapted them."""
+    for target, mode in (("network-check", "check"), ("network-test", "wait")):
+        res = make("-n", target, "CLUSTER=local", "LOCAL_DIR=/tmp/x")
+        assert res.returncode == 0, res.stderr
+        assert "--kubeconfig /tmp/x/kubeconfig" in res.stdout
+        assert (
+            f" {mode} /tmp/x/examples/deployment.yaml /tmp/x/examples/multi-nic-deployment.yaml"
+            in (res.stdout)
+        )
+    res = make("-n", "network-test", "CLUSTER=local", "LOCAL_DIR=/tmp/x")
+    assert "apply -f /tmp/x/examples/deployment.yaml -f /tmp/x/examples/multi-nic" in res.stdout
 
 
 def test_python_default_prefers_the_venv(make_available):
