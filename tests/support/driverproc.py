@@ -24,6 +24,7 @@ from dradriver.kubelet.sockets import SocketPaths, socket_paths
 from dradriver.settings import Settings
 
 DRIVER = "dra.example.com"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m dradriver` runs this checkout
 RUNNING: set[int] = set()  # pids of daemons started by tests (checked at session end)
 
 
@@ -104,7 +105,7 @@ class DriverProcess:
     def start(self, wait: bool = True) -> DriverProcess:
         self.logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env
+            self.cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
         )
         RUNNING.add(self.proc.pid)
         if wait:
