@@ -2,9 +2,11 @@
 without a network claim, and prepare/unprepare as the kubelet itself measures them.
 
 Pods start one after another (each alone on the node), alternating with and without
-a claim so that drift hits both alike; create -> Running is timed by polling the API
-(~10 ms resolution). The kubelet's histogram `dra_grpc_operations_duration_seconds`
-is read from its /metrics before and after; the figures come from the difference.
+a claim so that drift hits both alike; both have the init container the examples use
+(the one that references the claim), so the difference is the claim's own cost.
+create -> Running is timed by polling the API (~10 ms resolution). The kubelet's
+histogram `dra_grpc_operations_duration_seconds` is read from its /metrics before and
+after; the figures come from the difference.
 """
 
 from __future__ import annotations

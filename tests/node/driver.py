@@ -27,7 +27,6 @@ from .layout import PARENT
 from .localnode import LocalNode
 
 STAND_IN_LABEL = "dra-driver.example.com/host-process"
-REGISTERED = "registered with the kubelet"  # the driver's log line
 
 
 def install_driver_objects(node: LocalNode) -> None:
@@ -139,17 +138,26 @@ class HostDriver:
                 cdi=lay.cdi_dir,
             )
             self.node.on_stop.append(self.stop)
-        registrations = self.log().count(REGISTERED)
+        registrations = self.registrations()
         self.process.start(wait=wait)
         if wait:
             self.wait_registered(registrations + 1)
         return self
 
+    def registrations(self) -> int:
+        """How often the kubelet has connected to this instance's service socket, by
+        the kubelet's own log (the driver logs it only at level info)."""
+        line = f'endpoint="{self.process.service_socket}" connected=true'
+        try:
+            return (self.node.lay.logs / "kubelet.log").read_text(errors="replace").count(line)
+        except FileNotFoundError:
+            return 0
+
     def wait_registered(self, times: int = 1, timeout: float = 30) -> None:
-        """Until the kubelet has confirmed the registration (the `times`-th time)."""
+        """Until the kubelet has registered this instance (the `times`-th time)."""
         wait_for(
             f"the kubelet to register driver pod {self.pod_name}",
-            lambda: self.log().count(REGISTERED) >= times,
+            lambda: self.registrations() >= times,
             timeout,
             log=self.log,
         )

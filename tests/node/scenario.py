@@ -86,5 +86,15 @@ def pod(
 
 
 def plain_pod(name: str) -> dict[str, Any]:
-    """A pod without any claim (the baseline for start-up latency)."""
-    return pod(name, [])
+    """The same pod without a claim (the baseline for start-up latency): the init
+    container stays, so the difference is the claim's own cost."""
+    obj = pod(name, [])
+    obj["spec"]["initContainers"] = [
+        {
+            "name": "attach-net",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["true"],
+        }
+    ]
+    return obj
