@@ -32,6 +32,7 @@ from .localnode import LocalNode
 from .sweep import sweep_abandoned
 
 PREFIX = "dratest-node-"
+_timings: dict[str, float] = {}  # of the session's node, for the terminal summary
 # `make test-node` sets it: there a node that cannot start is a failure, not a skip.
 REQUIRED = os.environ.get("DRA_NODE_REQUIRED") == "1"
 
@@ -54,9 +55,20 @@ def node() -> Iterator[LocalNode]:
         pytest.skip(message)
     name = f"{PREFIX}{uuid.uuid4().hex[:6]}"
     netns.CREATED.add(name)  # tests/conftest.py checks that it is gone at the end
-    with LocalNode(name, Path("/tmp") / name) as n:
-        install_driver_objects(n)
-        yield n
+    n = LocalNode(name, Path("/tmp") / name)
+    try:
+        with n:
+            install_driver_objects(n)
+            yield n
+    finally:
+        _timings.update(n.timings)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The node's bring-up and teardown times (CI prints them)."""
+    if _timings:
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in _timings.items())
+        terminalreporter.write_line(f"local node: {parts}")
 
 
 @pytest.fixture(scope="session")

@@ -55,8 +55,16 @@ def network_check(node: LocalNode, mode: str, files: list[Path], timeout: int = 
     return subprocess.run(argv, check=False).returncode == 0
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def up(workdir: Path) -> int:
     t_start = time.monotonic()
+    # Ctrl-C and a closed terminal stop the demo, even where SIGINT was ignored when it
+    # started (a shell's background job); SIGTERM (make demo-down) is the node's own.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     state = read_state(workdir)
     if state is not None and owner_alive(state):
         say(f"demo: a demo is running already (pid {state['owner_pid']}): make demo-down")
