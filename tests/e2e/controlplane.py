@@ -62,13 +62,11 @@ from .specs import (
     Layout,
     apiserver_argv,
     controller_manager_argv,
-    dns_label,
     etcd_argv,
     node_manifest,
     scheduler_argv,
-    standin_pod_manifest,
-    token_request,
 )
+from .tokens import ServiceAccountTokens
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -80,7 +78,6 @@ DRA_FEATURE_GATES: dict[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # status.devices written by the driver
     "DRAResourceClaimGranularStatusAuthorization": True,  # resourceclaims/driver RBAC
 }
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
 def default_bin_dir() -> Path:
@@ -93,7 +90,7 @@ def missing_binaries(bin_dir: Path) -> list[str]:
     return [c for c in COMPONENTS if not os.access(bin_dir / c, os.X_OK)]
 
 
-class ControlPlane:
+class ControlPlane(ServiceAccountTokens):
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager."""
 
     def __init__(
@@ -383,76 +380,3 @@ class ControlPlane:
             created["status"] = node["status"]
             created = self.request("PUT", f"/api/v1/nodes/{name}/status", created)
         return str(created["metadata"]["uid"])
-
-    def serviceaccount_kubeconfig(
-        self, namespace: str, sa_name: str, node_name: str, *, expiration_seconds: int = 86400
-    ) -> Path:
-        """Kubeconfig with a token of ``namespace/sa_name`` bound to a stand-in Pod on
-        ``node_name`` (created if missing, like the namespace and the ServiceAccount),
-        so the API server adds ``authentication.kubernetes.io/node-name`` to the
-        user's extra; checked with a SelfSubjectReview before returning."""
-        rest = self._rest()
-        if rest.get(f"/api/v1/namespaces/{namespace}", missing_ok=True) is None:
-            self.create_namespace(namespace)
-        ns_path = f"/api/v1/namespaces/{namespace}"
-        sa_path = f"{ns_path}/serviceaccounts/{sa_name}"
-        if rest.get(sa_path, missing_ok=True) is None:
-            rest.request(
-                "POST",
-                f"{ns_path}/serviceaccounts",
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa_name}},
-            )
-        pod_name = dns_label(f"{sa_name}-standin-{node_name}")
-        pod = rest.get(f"{ns_path}/pods/{pod_name}", missing_ok=True)
-        if pod is None:
-            pod = rest.request(
-                "POST", f"{ns_path}/pods", standin_pod_manifest(pod_name, sa_name, node_name)
-            )
-        return self.bound_token_kubeconfig(
-            namespace, sa_name, pod, node_name, expiration_seconds=expiration_seconds
-        )
-
-    def bound_token_kubeconfig(
-        self,
-        namespace: str,
-        sa_name: str,
-        pod: Mapping[str, Any],
-        node_name: str,
-        *,
-        expiration_seconds: int = 86400,
-    ) -> Path:
-        """Kubeconfig with a token of ``namespace/sa_name`` bound to ``pod`` (an existing
-        Pod on ``node_name``), as the kubelet would mount it into that pod; the API
-        server adds ``authentication.kubernetes.io/node-name``, checked with a
-        SelfSubjectReview before returning."""
-        meta = pod["metadata"]
-        stem = dns_label(f"{namespace}-{meta['name']}")
-        token = self._rest().request(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa_name}/token",
-            token_request(meta["name"], meta["uid"], expiration_seconds),
-        )["status"]["token"]
-        user = self.whoami(token)
-        extra = user.get("extra", {})
-        if extra.get(NODE_NAME_EXTRA) != [node_name]:
-            raise RuntimeError(
-                f"token of {namespace}/{sa_name} lacks {NODE_NAME_EXTRA}="
-                f"{node_name}: user info is {user}"
-            )
-        return write_kubeconfig(
-            self.workdir / f"sa-{stem}.kubeconfig",
-            server=self.server,
-            ca_pem=self.ca.pair.cert_pem(),
-            user=f"{namespace}-{sa_name}",
-            token=token,
-        )
-
-    def whoami(self, token: str) -> dict[str, Any]:
-        """``status.userInfo`` of a SelfSubjectReview made with ``token``."""
-        review = self._rest().request(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-            token=token,
-        )
-        return dict(review["status"]["userInfo"])

@@ -96,6 +96,23 @@ def test_examples_swap_only_missing_kinds_for_veth():
     assert kinds["dummy-net1"]["netdev"]["mtu"] == 9000
 
 
+def test_a_stand_in_veth_drops_what_only_the_original_kind_has():
+    docs = [d for d in yaml.safe_load_all(EXAMPLE_FILES[0].read_text()) if d]
+    adapted, _ = adapt(docs, lambda kind: "no macvlan" if kind == "macvlan" else None)
+    [mv] = [
+        d
+        for d in adapted
+        if d["kind"] == "ResourceClaimTemplate" and d["metadata"]["name"] == "macvlan-data0"
+    ]
+    netdev = mv["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["netdev"]
+    assert netdev == {
+        "kind": "veth",
+        "interfaceName": "data0",
+        "mtu": 1400,
+        "ipAddresses": ["198.51.100.10/24"],
+    }
+
+
 def test_exec_output_is_parsed_into_interfaces():
     text = (
         "link eth0 1500 02:00:00:00:00:01 up\n"
