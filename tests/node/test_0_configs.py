@@ -145,3 +145,33 @@ def test_image_archives_are_reproducible_oci_layouts(tmp_path):
         names = tar.getnames()
     assert "oci-layout" in names
     assert f"blobs/sha256/{a.manifest_digest.split(':')[1]}" in names
+
+
+def test_the_kubelets_dra_histogram_is_read_as_a_difference_of_two_scrapes():
+    from bench.node import histogram_delta, parse_histograms
+
+    def scrape(fast: int, slow: int, total: float) -> str:
+        method = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
+        labels = f'driver_name="dra.example.com",grpc_status_code="OK",method_name="{method}"'
+        other = 'driver_name="other.example.com",grpc_status_code="OK",method_name="x/Y"'
+        return "\n".join(
+            [
+                "# TYPE dra_grpc_operations_duration_seconds histogram",
+                f'dra_grpc_operations_duration_seconds_bucket{{{labels},le="0.1"}} {fast}',
+                f'dra_grpc_operations_duration_seconds_bucket{{{labels},le="0.2"}} {fast + slow}',
+                f'dra_grpc_operations_duration_seconds_bucket{{{labels},le="+Inf"}} {fast + slow}',
+                f"dra_grpc_operations_duration_seconds_sum{{{labels}}} {total}",
+                f"dra_grpc_operations_duration_seconds_count{{{labels}}} {fast + slow}",
+                f"dra_grpc_operations_duration_seconds_count{{{other}}} 99",
+            ]
+        )
+
+    before = parse_histograms(scrape(3, 0, 0.03))
+    after = parse_histograms(scrape(12, 1, 0.25))
+    assert set(after) == {"NodePrepareResources"}  # other drivers are not ours
+    got = histogram_delta(before["NodePrepareResources"], after["NodePrepareResources"])
+    assert got["n"] == 10
+    assert round(got["mean_ms"], 6) == 22.0  # (0.25 - 0.03) / 10
+    assert got["p50_at_most_ms"] == 100.0
+    assert got["p99_at_most_ms"] == 200.0  # the slow one is in the second bucket
+    assert got["smallest_bucket_ms"] == 100.0
