@@ -1,7 +1,10 @@
-# dra-driver: build, test, and try it on a kind cluster.
+# dra-driver: build, test, and try it on a kind cluster or on a local node.
 #   make            lists the targets
+#   make demo       a real single-node cluster on this machine (no Docker), the driver,
+#                   the examples; until Ctrl-C (or `make demo-down`)
 #   make all        cluster -> build -> load -> deploy -> network-test -> network-check
-# Needs for the cluster targets: docker (an engine), kind, kubectl.
+# Needs for the kind targets: docker (an engine), kind, kubectl. CLUSTER=local points
+# network-test, network-check, logs and debug at the running `make demo` node instead.
 
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 DOCKER ?= docker
@@ -22,17 +25,29 @@ RELEASE ?= dra-driver
 HELM_ARGS ?=
 # The chart names its objects after the release (plus -dra-driver unless it has it).
 HELM_DAEMONSET = $(if $(findstring dra-driver,$(RELEASE)),$(RELEASE),$(RELEASE)-dra-driver)
+LOCAL_DIR ?= /tmp/dra-demo
 
 KCTL = $(KUBECTL) --context kind-$(CLUSTER)
 DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml \
 	-f deploy/config-policy.yaml
 EXAMPLES = -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml
 NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --context kind-$(CLUSTER)
+CHECK_FILES =
+ifeq ($(CLUSTER),local)
+# The node `make demo` runs: kubectl v1.36 built here, through the demo's kubeconfig; the
+# examples as the demo adapted them to this kernel (e.g. veth where dummy is missing).
+LOCAL_KUBECTL = $(shell hack/build-k8s.sh --bin-dir)/kubectl --kubeconfig $(LOCAL_DIR)/kubeconfig \
+	--cache-dir $(LOCAL_DIR)/kubectl-cache
+KCTL = $(LOCAL_KUBECTL)
+CHECK_FILES = $(LOCAL_DIR)/examples/deployment.yaml $(LOCAL_DIR)/examples/multi-nic-deployment.yaml
+EXAMPLES = $(addprefix -f ,$(CHECK_FILES))
+NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(LOCAL_KUBECTL)"
+endif
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
 	network-check restart logs debug clean test test-faults lint proto config-policy test-kernel e2e \
-	bench helm manifests helm-lint helm-install helm-uninstall
+	bench helm manifests helm-lint helm-install helm-uninstall node-build demo demo-down test-node
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -105,18 +120,22 @@ undeploy: ## remove the examples and the driver
 
 network-test: ## apply the example workloads and wait until their pods run
 	$(KCTL) apply $(EXAMPLES)
-	$(NETWORK_CHECK) --timeout $(TIMEOUT) wait
+	$(NETWORK_CHECK) --timeout $(TIMEOUT) wait $(CHECK_FILES)
 
 network-check: ## check every example interface in the pods: name, MTU, addresses
-	$(NETWORK_CHECK) check
+	$(NETWORK_CHECK) check $(CHECK_FILES)
 
 restart: ## restart the driver pods (rolling, as an upgrade would)
 	$(KCTL) -n $(NAMESPACE) rollout restart daemonset/dra-driver
 	$(KCTL) -n $(NAMESPACE) rollout status daemonset/dra-driver --timeout=$(TIMEOUT)s
 
 logs: ## show the driver logs of every node
+ifeq ($(CLUSTER),local)
+	tail -n 200 $(LOCAL_DIR)/driver/*.log
+else
 	$(KCTL) -n $(NAMESPACE) logs -l app.kubernetes.io/name=dra-driver --all-containers \
 		--prefix --tail=200 --max-log-requests=10
+endif
 
 debug: ## show driver pods, slices, classes, claims, example pods and recent events
 	-$(KCTL) get nodes -o wide
@@ -156,5 +175,20 @@ test-kernel: ## the handler tests in a full Debian kernel under qemu (dummy, ipv
 e2e: ## end-to-end tests against a real control plane built from source
 	hack/build-k8s.sh && hack/build-helm.sh && $(PYTHON) -m pytest tests/e2e
 
-bench: ## run the benchmarks (python -m bench)
+bench: ## run the benchmarks (python -m bench); the node section needs `make node-build`
 	$(PYTHON) -m bench
+
+node-build: ## build the local node: kubelet + control plane, containerd, runc, pause (cached)
+	hack/build-k8s.sh
+	hack/build-node.sh
+
+demo: node-build ## a real node here (no Docker): driver, examples, their interfaces; until Ctrl-C
+	@$(PYTHON) -c "import dradriver, cryptography, yaml" 2>/dev/null || { echo "make demo:" \
+		"first: python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"; exit 1; }
+	$(PYTHON) -m tests.node.demo up --workdir $(LOCAL_DIR)
+
+demo-down: ## stop the `make demo` node from another terminal (or clean up a killed one)
+	$(PYTHON) -m tests.node.demo down --workdir $(LOCAL_DIR)
+
+test-node: node-build ## the node tier: a real kubelet, containerd and runc move interfaces into pods
+	DRA_NODE_REQUIRED=1 $(PYTHON) -m pytest tests/node

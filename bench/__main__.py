@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import latency, lifecycle, publishing
+from bench import latency, lifecycle, node, publishing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +61,7 @@ def run(quick: bool) -> dict[str, Any]:
     section("startup", lifecycle.startup, 5)
     section("publishing", publishing.publishing, (0, 64, 512), 5 if quick else 20)
     section("memory", lifecycle.memory, 1000 if quick else 10000, 100)
+    section("node", node.node_figures, 5 if quick else 20)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
     return out
 
@@ -164,9 +165,46 @@ def table(r: dict[str, Any]) -> str:
         f"{_ok(mem['growth_after_first_1000_mb'] <= 2)} from cycle 1000, "
         f"{_ok(mem['growth_from_idle_mb'] <= 2)} from idle |"
     )
+    lines += node_rows(r)
     total = sum(r["seconds"].values())
     lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
     return "\n".join(lines)
+
+
+def node_rows(r: dict[str, Any]) -> list[str]:
+    """The real node's figures, beside the socket-level ones of the same run."""
+    n = r.get("node")
+    if n is None:
+        return []
+    if "skipped" in n:
+        return [f"| real node (tests/node) | skipped: {n['skipped']} | | | |"]
+    sp, sc = n["start_plain"], n["start_with_claim"]
+    lines = [
+        f"| real node: pod create -> Running, no claim, p50 / p99 (ms), {n['pods']} pods | "
+        f"{sp['p50_ms']:.0f} / {sp['p99_ms']:.0f} | | | |",
+        f"| real node: pod create -> Running, one veth claim, p50 / p99 (ms) | "
+        f"{sc['p50_ms']:.0f} / {sc['p99_ms']:.0f} | {sp['p50_ms']:.0f} (no claim) | "
+        f"{sc['p50_ms'] / sp['p50_ms']:.2f}x | |",
+        f"| real node: pod delete -> gone, no claim / one claim, p50 (ms) | "
+        f"{n['delete_plain']['p50_ms']:.0f} / {n['delete_with_claim']['p50_ms']:.0f} | | | |",
+    ]
+    veth = next((k for k in r.get("kinds", []) if k["kind"] == "veth"), None)
+    socket = {
+        "NodePrepareResources": veth and veth["prepare"],
+        "NodeUnprepareResources": veth and veth["unprepare_ns_gone"],
+    }
+    for method, k in n["kubelet"].items():
+        if not k.get("n"):
+            continue
+        s = socket.get(method)
+        beside = f"{s['mean_ms']:.2f} (socket-level mean)" if s else ""
+        ratio = f"{k['mean_ms'] / s['mean_ms']:.1f}x" if s else ""
+        lines.append(
+            f"| real node: {method} as the kubelet measures it, mean (ms), n={k['n']} | "
+            f"{k['mean_ms']:.2f} (p99 <= {k['p99_at_most_ms']:.0f}: buckets start at "
+            f"{k['smallest_bucket_ms']:.0f}) | {beside} | {ratio} | |"
+        )
+    return lines
 
 
 def main() -> int:

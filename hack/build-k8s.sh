@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the real Kubernetes control plane (etcd, kube-apiserver,
-# kube-scheduler, kube-controller-manager, and kubectl) for the e2e tier, from
-# the Go module pinned in hack/k8s/go.mod, into .cache/k8s/<version>/bin/.
+# kube-scheduler, kube-controller-manager, and kubectl) for the e2e tier, and
+# the kubelet for the node tier, from the Go module pinned in hack/k8s/go.mod,
+# into .cache/k8s/<version>/bin/.
 #
 #   hack/build-k8s.sh              build if needed (idempotent; a no-op when
 #                                  the binaries for this version exist)
@@ -35,7 +36,7 @@ for arg in "$@"; do
     case "$arg" in
         --bin-dir) echo "$OUT_DIR"; exit 0 ;;
         --force) FORCE=1 ;;
-        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-k8s: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -63,6 +64,8 @@ COMPONENTS=(
     "kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver"
     "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler"
     "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager"
+    # The node tier's kubelet: ~25 s on top of the others (most packages are shared).
+    "kubelet=k8s.io/kubernetes/cmd/kubelet"
 )
 if [[ "${K8S_BUILD_KUBECTL:-1}" != 0 ]]; then
     COMPONENTS+=("kubectl=k8s.io/kubernetes/cmd/kubectl")

@@ -17,6 +17,7 @@ TARGETS = [
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
     *("test", "test-faults", "lint", "proto", "config-policy", "test-kernel", "e2e", "bench"),
     *("helm", "manifests", "helm-lint", "helm-install", "helm-uninstall"),
+    *("node-build", "demo", "demo-down", "test-node"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
 NO_TOOLS = ["DOCKER=true", "KIND=true", "KUBECTL=true", "SKIP_DUMMY_CHECK=1"]
@@ -144,11 +145,29 @@ def test_all_runs_the_steps_in_order():
         ("undeploy", "delete --ignore-not-found -f deploy/config-policy.yaml"),
         ("config-policy", "python hack/gen_config_policy.py\n"),
         ("config-policy", "make manifests"),
+        ("node-build", "hack/build-k8s.sh\nhack/build-node.sh"),
+        ("demo", "-m tests.node.demo up --workdir /tmp/dra-demo"),
+        ("demo-down", "-m tests.node.demo down --workdir /tmp/dra-demo"),
+        ("test-node", "-m pytest tests/node"),
     ],
 )
 def test_target_commands(make_available, target, command):
     res = make("-n", target, *NO_TOOLS)
     assert command in res.stdout, res.stdout
+
+
+def test_cluster_local_points_the_checker_at_the_demo_node(make_available):
+    """CLUSTER=local: the demo's kubeconfig, and the examples as the demo adapted them."""
+    for target, mode in (("network-check", "check"), ("network-test", "wait")):
+        res = make("-n", target, "CLUSTER=local", "LOCAL_DIR=/tmp/x")
+        assert res.returncode == 0, res.stderr
+        assert "--kubeconfig /tmp/x/kubeconfig" in res.stdout
+        assert (
+            f" {mode} /tmp/x/examples/deployment.yaml /tmp/x/examples/multi-nic-deployment.yaml"
+            in (res.stdout)
+        )
+    res = make("-n", "network-test", "CLUSTER=local", "LOCAL_DIR=/tmp/x")
+    assert "apply -f /tmp/x/examples/deployment.yaml -f /tmp/x/examples/multi-nic" in res.stdout
 
 
 def test_python_default_prefers_the_venv(make_available):

@@ -147,7 +147,8 @@ class CertificateAuthority:
 
 def issue_control_plane_certs(ca: CertificateAuthority) -> dict[str, CertPair]:
     """Serving certificates of the three components and client certificates of
-    admin (system:masters), kube-scheduler and kube-controller-manager."""
+    admin (system:masters), kube-scheduler, kube-controller-manager and of
+    kube-apiserver towards kubelets."""
     local: dict[str, Any] = {"server": True, "dns": ("localhost",), "ips": ("127.0.0.1",)}
     apiserver_names = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
     return {
@@ -161,6 +162,13 @@ def issue_control_plane_certs(ca: CertificateAuthority) -> dict[str, CertPair]:
         "scheduler-serving": ca.issue("scheduler-serving", "kube-scheduler", **local),
         "kcm-serving": ca.issue("kcm-serving", "kube-controller-manager", **local),
         "admin": ca.issue("admin", "e2e-admin", orgs=("system:masters",), client=True),
+        # kube-apiserver's identity towards kubelets (exec, logs, port-forward).
+        "apiserver-kubelet-client": ca.issue(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            orgs=("system:masters",),
+            client=True,
+        ),
         "scheduler": ca.issue("scheduler", "system:kube-scheduler", client=True),
         "kcm": ca.issue("kcm", "system:kube-controller-manager", client=True),
     }
@@ -217,3 +225,17 @@ def write_kubeconfig(
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     path.chmod(0o600)
     return path
+
+
+def issue_kubelet_certs(ca: CertificateAuthority, node: str, node_ip: str) -> dict[str, CertPair]:
+    """A real kubelet's certificates: its client identity ``system:node:<node>`` (group
+    ``system:nodes``, what the Node authorizer and NodeRestriction know) and its
+    serving certificate for ``node_ip``, which kube-apiserver checks against the CA."""
+    return {
+        "client": ca.issue(
+            f"kubelet-{node}", f"system:node:{node}", orgs=("system:nodes",), client=True
+        ),
+        "serving": ca.issue(
+            f"kubelet-{node}-serving", node, server=True, dns=(node,), ips=(node_ip,)
+        ),
+    }

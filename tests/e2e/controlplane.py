@@ -15,6 +15,12 @@ also runs on an exception in the ``with`` block, on Ctrl-C and on SIGTERM (turne
 into KeyboardInterrupt while the control plane runs), at interpreter exit, and,
 as a last resort, by the kernel (parent-death signal) if Python itself is killed.
 
+The node tier runs the same control plane inside the node's network namespace
+(``netns=``, ``real_nodes=True``): the components start there, a forwarder on the
+host's 127.0.0.1 at the API server's own port leads into it (so one kubeconfig
+serves the host and the node), and kube-apiserver is set up to talk to a real
+kubelet.
+
 As a pytest session fixture (a test's failure does not reach the fixture, so
 call ``cp.print_logs()`` from a ``pytest_runtest_makereport`` hook to see why):
 
@@ -29,15 +35,18 @@ call ``cp.print_logs()`` from a ``pytest_runtest_makereport`` hook to see why):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from tests.support import netns as netns_
 
 from .certs import (
     CertificateAuthority,
@@ -45,6 +54,7 @@ from .certs import (
     write_kubeconfig,
     write_signing_key,
 )
+from .forward import Forwarder
 from .kube import ApiError, Rest, Source
 from .procs import Component, SigtermAsInterrupt, free_port
 from .specs import (
@@ -52,13 +62,11 @@ from .specs import (
     Layout,
     apiserver_argv,
     controller_manager_argv,
-    dns_label,
     etcd_argv,
     node_manifest,
     scheduler_argv,
-    standin_pod_manifest,
-    token_request,
 )
+from .tokens import ServiceAccountTokens
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -70,7 +78,6 @@ DRA_FEATURE_GATES: dict[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # status.devices written by the driver
     "DRAResourceClaimGranularStatusAuthorization": True,  # resourceclaims/driver RBAC
 }
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
 def default_bin_dir() -> Path:
@@ -83,7 +90,7 @@ def missing_binaries(bin_dir: Path) -> list[str]:
     return [c for c in COMPONENTS if not os.access(bin_dir / c, os.X_OK)]
 
 
-class ControlPlane:
+class ControlPlane(ServiceAccountTokens):
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager."""
 
     def __init__(
@@ -94,10 +101,14 @@ class ControlPlane:
         *,
         verbosity: int = 2,
         keep_workdir: bool | None = None,
+        netns: str | None = None,
+        real_nodes: bool = False,
     ) -> None:
         self.bin_dir = Path(bin_dir)
         self.workdir = Path(workdir)
-        self.layout = Layout(self.bin_dir, self.workdir, verbosity)
+        self.netns = netns
+        self.layout = Layout(self.bin_dir, self.workdir, verbosity, real_nodes=real_nodes)
+        self.forwarder: Forwarder | None = None
         self.feature_gates: dict[str, bool] = {**DRA_FEATURE_GATES, **(feature_gates or {})}
         self.apiserver_feature_gates = dict(self.feature_gates)
         self.verbosity = verbosity
@@ -147,6 +158,10 @@ class ControlPlane:
         self._sigterm.install()
         try:
             self._prepare()
+            if self.netns is not None:
+                port = self.layout.ports["apiserver"]
+                self.forwarder = Forwarder(None, port, connect_ns=self.netns, port=port)
+                self.forwarder.start()
             # All at once: each retries its server until it is up, which
             # overlaps the start-up work of all four (~1 s saved).
             for name in self.components:
@@ -172,6 +187,9 @@ class ControlPlane:
         for name in reversed(list(self.components)):
             self.components[name].stop()
         self.components.clear()
+        if self.forwarder is not None:
+            self.forwarder.stop()
+            self.forwarder = None
         if self.rest is not None:
             self.rest.close()
             self.rest = None
@@ -220,8 +238,9 @@ class ControlPlane:
             "kube-controller-manager": controller_manager_argv(lay, gates),
             "kube-scheduler": scheduler_argv(lay, gates),
         }
+        wrap = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
         self.components = {
-            name: Component(name, argv, self.workdir / f"{name}.log")
+            name: Component(name, argv, self.workdir / f"{name}.log", wrap)
             for name, argv in argvs.items()
         }
 
@@ -236,14 +255,24 @@ class ControlPlane:
             for comp in self.components.values():
                 comp.check()
             try:
-                if ready():
-                    return
+                with self._in_netns():
+                    if ready():
+                        return
             except (OSError, ApiError):
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} not ready after {timeout:.0f}s")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+
+    @contextlib.contextmanager
+    def _in_netns(self) -> Iterator[None]:
+        """Probe the components where they listen (only the API server is forwarded)."""
+        if self.netns is None:
+            yield
+            return
+        with netns_.inside(self.netns):
+            yield
 
     def _etcd_healthy(self) -> bool:
         return self._rest().plain_health(f"http://127.0.0.1:{self.layout.ports['etcd']}/health")
@@ -310,12 +339,22 @@ class ControlPlane:
         if binary is None:
             raise FileNotFoundError("no kubectl: run hack/build-k8s.sh")
         return subprocess.run(
-            [binary, f"--kubeconfig={self.admin_kubeconfig}", *args],
+            # Its discovery cache in the work directory, not in ~/.kube/cache.
+            [
+                binary,
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--cache-dir={self.kubectl_cache}",
+                *args,
+            ],
             check=check,
             text=True,
             capture_output=True,
             input=input,
         )
+
+    @property
+    def kubectl_cache(self) -> Path:
+        return self.workdir / "kubectl-cache"
 
     def create_node(
         self,
@@ -333,65 +372,3 @@ class ControlPlane:
             created["status"] = node["status"]
             created = self.request("PUT", f"/api/v1/nodes/{name}/status", created)
         return str(created["metadata"]["uid"])
-
-    def serviceaccount_kubeconfig(
-        self, namespace: str, sa_name: str, node_name: str, *, expiration_seconds: int = 86400
-    ) -> Path:
-        """Kubeconfig with a token of ``namespace/sa_name`` bound to a stand-in Pod on
-        ``node_name`` (created if missing, like the namespace and the ServiceAccount),
-        so the API server adds ``authentication.kubernetes.io/node-name`` to the
-        user's extra; checked with a SelfSubjectReview before returning."""
-        rest = self._rest()
-        if rest.get(f"/api/v1/namespaces/{namespace}", missing_ok=True) is None:
-            self.create_namespace(namespace)
-        ns_path = f"/api/v1/namespaces/{namespace}"
-        sa_path = f"{ns_path}/serviceaccounts/{sa_name}"
-        if rest.get(sa_path, missing_ok=True) is None:
-            rest.request(
-                "POST",
-                f"{ns_path}/serviceaccounts",
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa_name}},
-            )
-        pod_name = dns_label(f"{sa_name}-standin-{node_name}")
-        pod = rest.get(f"{ns_path}/pods/{pod_name}", missing_ok=True)
-        if pod is None:
-            pod = rest.request(
-                "POST", f"{ns_path}/pods", standin_pod_manifest(pod_name, sa_name, node_name)
-            )
-        return self.pod_kubeconfig(pod, expiration_seconds=expiration_seconds)
-
-    def pod_kubeconfig(self, pod: dict[str, Any], *, expiration_seconds: int = 86400) -> Path:
-        """Kubeconfig with a token of ``pod``'s ServiceAccount bound to ``pod`` (which
-        must be bound to a node), as the kubelet would mount it; checked with a
-        SelfSubjectReview to carry the node's name before returning."""
-        meta, node_name = pod["metadata"], pod["spec"]["nodeName"]
-        namespace, sa_name = meta["namespace"], pod["spec"]["serviceAccountName"]
-        token = self._rest().request(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{sa_name}/token",
-            token_request(meta["name"], meta["uid"], expiration_seconds),
-        )["status"]["token"]
-        user = self.whoami(token)
-        extra = user.get("extra", {})
-        if extra.get(NODE_NAME_EXTRA) != [node_name]:
-            raise RuntimeError(
-                f"token of {namespace}/{sa_name} lacks {NODE_NAME_EXTRA}="
-                f"{node_name}: user info is {user}"
-            )
-        return write_kubeconfig(
-            self.workdir / f"sa-{dns_label(f'{namespace}-{sa_name}-{node_name}')}.kubeconfig",
-            server=self.server,
-            ca_pem=self.ca.pair.cert_pem(),
-            user=f"{namespace}-{sa_name}",
-            token=token,
-        )
-
-    def whoami(self, token: str) -> dict[str, Any]:
-        """``status.userInfo`` of a SelfSubjectReview made with ``token``."""
-        review = self._rest().request(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-            token=token,
-        )
-        return dict(review["status"]["userInfo"])

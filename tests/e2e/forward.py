@@ -1,11 +1,16 @@
-"""A TCP forwarder from 127.0.0.1 inside a network namespace to 127.0.0.1 in ours.
+"""A TCP forwarder between 127.0.0.1 of two network namespaces.
 
-The driver runs in a throw-away network namespace (so its kernel objects are
-isolated) while kube-apiserver listens on the host's loopback. The listening socket
-is created inside the driver's namespace (a socket belongs to the namespace it was
-made in); the accepting thread and the outgoing connections stay in this process's
-namespace. The API server's certificate names 127.0.0.1, so TLS passes through
-unchanged and only the port differs.
+The e2e tier: the driver runs in a throw-away network namespace (so its kernel
+objects are isolated) while kube-apiserver listens on the host's loopback, so the
+forwarder listens inside the driver's namespace and connects out here. The node tier
+is the reverse: the whole node, kube-apiserver included, runs in a namespace of its
+own, and users on the host reach it through a listener here that connects inside.
+
+A socket belongs to the namespace it was made in, so each socket is created inside
+its namespace (`netns.inside` switches only the creating thread, briefly); everything
+else runs in this process's namespace. The API server's certificate names 127.0.0.1,
+so TLS passes through unchanged (the node tier even keeps the port the same on both
+sides, so one kubeconfig serves the host and the node).
 """
 
 from __future__ import annotations
@@ -13,19 +18,28 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from tests.support import netns
 
 
 class Forwarder:
-    """Accept on 127.0.0.1:<port> in `namespace`, connect to 127.0.0.1:`target` here."""
+    """Accept on 127.0.0.1:<port> in `namespace`, connect to 127.0.0.1:`target` in
+    `connect_ns` (None: the namespace of this process, for both)."""
 
-    def __init__(self, namespace: str, target: int) -> None:
+    def __init__(
+        self,
+        namespace: str | None,
+        target: int,
+        *,
+        connect_ns: str | None = None,
+        port: int = 0,
+    ) -> None:
         self.namespace = namespace
+        self.connect_ns = connect_ns
         self.target = target
-        self.port = 0
+        self.port = port
         self.connections = 0
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
@@ -46,10 +60,10 @@ class Forwarder:
         self.stop()
 
     def start(self) -> None:
-        with netns.inside(self.namespace):
+        with _inside(self.namespace):
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
+        listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
         listener.settimeout(0.2)
         self._listener = listener
@@ -94,7 +108,7 @@ class Forwarder:
             except OSError:
                 return
             try:
-                outer = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+                outer = self._connect()
             except OSError:
                 inner.close()  # API server down (restarting): the client retries
                 continue
@@ -107,6 +121,17 @@ class Forwarder:
             self._threads[1:] = [t for t in self._threads[1:] if t.is_alive()]
             self._spawn(self._pump, "forward-in", inner, outer, pair)
             self._spawn(self._pump, "forward-out", outer, inner, pair)
+
+    def _connect(self) -> socket.socket:
+        with _inside(self.connect_ns):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", self.target))
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _pump(self, src: socket.socket, dst: socket.socket, pair: list[int]) -> None:
         try:
@@ -128,3 +153,13 @@ class Forwarder:
         if last:
             src.close()
             dst.close()
+
+
+@contextlib.contextmanager
+def _inside(namespace: str | None) -> Iterator[None]:
+    """Run this thread in `namespace` for the block (None: stay where it is)."""
+    if namespace is None:
+        yield
+        return
+    with netns.inside(namespace):
+        yield

@@ -1,4 +1,4 @@
-"""Child processes of the e2e control plane.
+"""Child processes of the e2e control plane (and of the node tier's node).
 
 Each component runs in its own session (so its own process group), with its
 output in a log file, and with the parent-death signal set to SIGKILL so that
@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -52,12 +53,26 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 class Component:
-    """One control-plane process."""
+    """One long-running process: a control-plane component, or one of a node's.
 
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+    ``wrap`` is put before ``argv`` when the process starts, e.g.
+    ``["nsenter", "--net=/run/netns/n", "--"]`` to run it in a network namespace;
+    ``argv`` stays the component's own command line (a restart may change it).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        wrap: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log = log
+        self.wrap = list(wrap)
+        self.env = dict(env) if env is not None else None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str] | None = None) -> None:
@@ -67,7 +82,7 @@ class Component:
             out.write(f"=== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
             out.flush()
             self.proc = subprocess.Popen(
-                self.argv,
+                [*self.wrap, *self.argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -75,7 +90,7 @@ class Component:
                 # Only prctl() runs there, which is async-signal-safe enough; the
                 # parent-death signal has no other way in from Python.
                 preexec_fn=_die_with_parent,  # noqa: PLW1509
-                env=env,
+                env=env if env is not None else self.env,
                 close_fds=True,
             )
 

@@ -34,6 +34,9 @@ class Layout:
     bin_dir: Path
     workdir: Path
     verbosity: int = 2
+    # A real kubelet joins (the node tier): kube-apiserver talks to it, and the
+    # node lifecycle controller and the not-ready taint do their usual job.
+    real_nodes: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     pki: dict[str, CertPair] = field(default_factory=dict)
     ca_cert: Path = Path()
@@ -77,9 +80,7 @@ def apiserver_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
         f"--service-account-key-file={lay.sa_pub}",
         f"--service-account-signing-key-file={lay.sa_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        # No kubelet keeps the Node Ready: a new Node must not get the not-ready
-        # NoSchedule taint that only the node lifecycle controller would lift.
-        "--disable-admission-plugins=TaintNodesByCondition",
+        *(_kubelet_access(lay) if lay.real_nodes else _no_kubelet()),
         "--enable-admission-plugins=NodeRestriction",
         # 127.0.0.1 is no valid Endpoints address for the kubernetes Service.
         "--endpoint-reconciler-type=none",
@@ -90,6 +91,25 @@ def apiserver_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
         "--profiling=false",
         gates_flag(gates),
         f"--v={lay.verbosity}",
+    ]
+
+
+def _no_kubelet() -> list[str]:
+    # No kubelet keeps the Node Ready: a new Node must not get the not-ready
+    # NoSchedule taint that only the node lifecycle controller would lift.
+    return ["--disable-admission-plugins=TaintNodesByCondition"]
+
+
+def _kubelet_access(lay: Layout) -> list[str]:
+    """How kube-apiserver reaches a real kubelet (kubectl exec, logs): by the node's
+    InternalIP, with a client certificate the kubelet's x509 authenticator accepts,
+    checking the kubelet's serving certificate against the cluster CA."""
+    client = lay.pki["apiserver-kubelet-client"]
+    return [
+        f"--kubelet-client-certificate={client.cert}",
+        f"--kubelet-client-key={client.key}",
+        f"--kubelet-certificate-authority={lay.ca_cert}",
+        "--kubelet-preferred-address-types=InternalIP",
     ]
 
 
@@ -122,11 +142,14 @@ def controller_manager_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]
         str(lay.bin_dir / "kube-controller-manager"),
         *_client_flags(lay, "kcm", gates),
         # Every default controller (resourceclaim, serviceaccount(-token),
-        # deployment, replicaset, daemonset, garbage collector, ...) but node
-        # lifecycle: without a kubelet it would set the Node's Ready condition
-        # to Unknown, taint the Node and evict its pods.
-        "--controllers=*,-node-lifecycle-controller",
+        # deployment, replicaset, daemonset, garbage collector, ...) but, without
+        # a real kubelet, node lifecycle: it would set the stand-in Node's Ready
+        # condition to Unknown, taint the Node and evict its pods.
+        "--controllers=*" if lay.real_nodes else "--controllers=*,-node-lifecycle-controller",
         "--use-service-account-credentials=true",
+        # Its flex-volume prober creates this directory (default
+        # /usr/libexec/kubernetes/kubelet-plugins/volume/exec) on the host.
+        f"--flex-volume-plugin-dir={lay.workdir / 'flexvolume'}",
         f"--service-account-private-key-file={lay.sa_key}",
         f"--root-ca-file={lay.ca_cert}",
     ]

@@ -18,7 +18,8 @@ import yaml
 from tests.support import hosttools
 from tests.support.waiting import wait_for
 
-from .controlplane import NODE_NAME_EXTRA, ControlPlane, default_bin_dir, missing_binaries
+from .controlplane import ControlPlane, default_bin_dir, missing_binaries
+from .tokens import NODE_NAME_EXTRA
 
 BIN_DIR = default_bin_dir()
 _MISSING = missing_binaries(BIN_DIR)

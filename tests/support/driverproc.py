@@ -25,11 +25,13 @@ from dradriver.kubelet.sockets import SocketPaths, socket_paths
 from dradriver.settings import Settings
 
 DRIVER = "dra.example.com"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m dradriver` runs this checkout
 RUNNING: set[int] = set()  # pids of daemons started by tests (checked at session end)
 
 
 class DriverProcess:
-    """`dra-driver run` with its own kubelet directories under `root`."""
+    """`dra-driver run` with its own kubelet directories under `root` (or the given
+    ones: a real kubelet's, on the node tier)."""
 
     def __init__(
         self,
@@ -42,15 +44,19 @@ class DriverProcess:
         env: dict[str, str] | None = None,
         driver: str = DRIVER,
         own_flags: bool = True,
+        *,
+        registry: Path | None = None,
+        plugins: Path | None = None,
+        cdi: Path | None = None,
     ) -> None:
         """`own_flags` False: only --kubeconfig and `args` are given, everything else comes
         from `env` (as in a pod of the DaemonSet), whose directories must be root's."""
         self.root = root
         self.driver = driver
         self.ns = ns
-        self.registry = root / "registry"
-        self.plugins = root / "plugins"
-        self.cdi = root / "cdi"
+        self.registry = registry or root / "registry"
+        self.plugins = plugins or root / "plugins"
+        self.cdi = cdi or root / "cdi"
         self.state = self.cdi / f"{driver}-state"
         self.node = node
         self.pod_uid = pod_uid
@@ -101,7 +107,7 @@ class DriverProcess:
     def start(self, wait: bool = True) -> DriverProcess:
         self.logf = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env
+            self.cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
         )
         RUNNING.add(self.proc.pid)
         if wait:

@@ -1,0 +1,168 @@
+"""`make demo`: the driver on a real single-node cluster on this machine, no Docker.
+
+    python -m tests.node.demo up   [--workdir /tmp/dra-demo]   (make demo)
+    python -m tests.node.demo down [--workdir /tmp/dra-demo]   (make demo-down)
+
+`up` starts the local node (tests/node/localnode.py), the driver on it as its
+DaemonSet would run it (tests/node/driver.py), applies the example workloads of
+deploy/ (adapted where the kernel lacks a kind, see tests/node/examples.py), waits
+for them with deploy/network-check.py, prints per pod the interfaces it got and its
+claims' status, and keeps everything up until Ctrl-C, SIGTERM or `down`. `down`
+stops a running demo from another terminal, or removes what a killed one left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.e2e.controlplane import REPO_ROOT
+
+from .driver import install_driver_objects, start_driver
+from .examples import write_examples
+from .images import busybox_version
+from .layout import NodeLayout, owner_alive, read_state
+from .localnode import LocalNode, NodeUnavailable
+from .report import describe
+from .sweep import sweep
+
+NODE_NAME = "dra-demo"
+DEFAULT_WORKDIR = Path("/tmp/dra-demo")
+NETWORK_CHECK = REPO_ROOT / "deploy" / "network-check.py"
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def kubectl_command(node: LocalNode) -> str:
+    """kubectl for the host, against the node (through the forwarder)."""
+    return (
+        f"{node.bins.kubectl()} --kubeconfig {node.lay.kubeconfig} "
+        f"--cache-dir {node.lay.workdir / 'kubectl-cache'}"
+    )
+
+
+def network_check(node: LocalNode, mode: str, files: list[Path], timeout: int = 180) -> bool:
+    """deploy/network-check.py, the checker `make network-check` runs, against the node."""
+    argv = [sys.executable, str(NETWORK_CHECK), "--kubectl", kubectl_command(node)]
+    argv += ["--timeout", str(timeout), mode, *map(str, files)]
+    return subprocess.run(argv, check=False).returncode == 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def up(workdir: Path) -> int:
+    t_start = time.monotonic()
+    # Ctrl-C and a closed terminal stop the demo, even where SIGINT was ignored when it
+    # started (a shell's background job); SIGTERM (make demo-down) is the node's own.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    state = read_state(workdir)
+    if state is not None and owner_alive(state):
+        say(f"demo: a demo is running already (pid {state['owner_pid']}): make demo-down")
+        return 1
+    node = LocalNode(NODE_NAME, workdir)
+    try:
+        say(f"demo: starting a node in {workdir} (control plane, containerd, kubelet) ...")
+        try:
+            node.start()
+        except NodeUnavailable as e:
+            say(f"demo: cannot start a node here: {e}")
+            return 2
+        t = dict(node.timings)
+        say(
+            f"demo: node {node.name} Ready after {t['start_total']:.1f} s (control plane "
+            f"{t['control_plane']:.1f} s, images {t['images']:.1f} s, "
+            f"kubelet to Ready {t['node_ready']:.1f} s)"
+        )
+        install_driver_objects(node)
+        t0 = time.monotonic()
+        driver = start_driver(node)
+        t_driver = time.monotonic() - t0
+        say(
+            f"demo: driver registered with the kubelet after {t_driver:.1f} s "
+            f"(host process, pod dra-system/{driver.pod_name}, log {driver.log_path})"
+        )
+        say(f"demo: busybox:1.37.0 here is Debian's busybox-static {busybox_version()}")
+        examples = write_examples(workdir / "examples")
+        for note in examples.notes:
+            say(f"demo: {note}")
+        t0 = time.monotonic()
+        for path in examples.files:
+            node.apply(path)
+        say("demo: example workloads applied; waiting for them (deploy/network-check.py wait)")
+        ok = network_check(node, "wait", examples.files)
+        t_examples = time.monotonic() - t0
+        say()
+        say(describe(node, examples.docs))
+        say()
+        total = time.monotonic() - t_start
+        say(
+            f"demo: bring-up {total:.1f} s: node {t['start_total']:.1f} s, driver "
+            f"{t_driver:.1f} s, example pods {t_examples:.1f} s"
+            + ("" if ok else " (NOT every example came up: see above)")
+        )
+        kubectl = kubectl_command(node)
+        say(f"""
+The cluster stays up until Ctrl-C here, or `make demo-down` in another terminal.
+  kubectl:        {kubectl} get pods -A -o wide
+  or:             export KUBECONFIG={node.lay.kubeconfig}
+  checker:        make network-check CLUSTER=local
+  driver log:     {driver.log_path}
+  node logs:      {node.lay.logs}/  and {node.lay.controlplane}/*.log""")
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        say("\ndemo: stopping ...")
+        return 0
+    finally:
+        node.stop()
+        if "teardown" in node.timings:
+            say(f"demo: node stopped and removed in {node.timings['teardown']:.1f} s")
+
+
+def down(workdir: Path, timeout: float = 120) -> int:
+    state = read_state(workdir)
+    if state is None:
+        say(f"demo: no demo in {workdir}")
+        return 0
+    if owner_alive(state):
+        pid = int(state["owner_pid"])
+        say(f"demo: stopping the demo (pid {pid}) ...")
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while owner_alive(state) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if owner_alive(state):
+            say(f"demo: pid {pid} still runs after {timeout:.0f} s")
+            return 1
+    if workdir.exists():  # the demo was killed, or did not finish its cleanup
+        sweep(NodeLayout(str(state["name"]), workdir))
+        say(f"demo: removed what was left in {workdir}")
+    say("demo: stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.node.demo", description=__doc__)
+    parser.add_argument("command", choices=("up", "down"))
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        say("demo: needs root (namespaces, cgroups, mounts): run it as root")
+        return 2
+    if args.command == "up":
+        return up(args.workdir)
+    return down(args.workdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The driver on the local node, run the way its DaemonSet would run it.
+
+One mode exists: "host-process". The driver runs as a host process inside the
+node's network namespace, with the kubelet's plugin directories, containerd's CDI
+directory, `--pod-uid`, and a token of the `dra-driver` ServiceAccount bound to a
+Pod on the node. That Pod is real and running: busybox sleeping in `dra-system`,
+named as the DaemonSet's pods are (`dra-driver-<5 characters>`), so the API server
+adds `authentication.kubernetes.io/node-name` to the driver's requests and the
+admission policy of deploy/driver.yaml sees exactly what it would see for the
+DaemonSet. (A "daemonset" mode that runs deploy/driver.yaml itself from an image
+built here is the next step: `start_driver` is where it will plug in.)
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any, Protocol
+
+from tests.e2e.cluster import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, driver_manifests
+from tests.e2e.kube import ApiError
+from tests.support.driverproc import DriverProcess
+from tests.support.waiting import wait_for
+
+from .images import BUSYBOX_IMAGE
+from .layout import PARENT
+from .localnode import LocalNode
+
+STAND_IN_LABEL = "dra-driver.example.com/host-process"
+
+
+def install_driver_objects(node: LocalNode) -> None:
+    """deploy/namespace.yaml, driver.yaml (but the DaemonSet: the driver runs as a host
+    process) and resourceclass.yaml, unchanged."""
+    node.apply(DEPLOY / "namespace.yaml")
+    node.apply(driver_manifests())
+    node.apply(DEPLOY / "resourceclass.yaml")
+
+
+def driver_pod_manifest(node_name: str) -> dict[str, Any]:
+    """The Pod whose identity the host-process driver uses: bound to the node, in the
+    driver's namespace and ServiceAccount, running busybox (local image) that sleeps.
+    Its own label, not the DaemonSet's selector, so a DaemonSet never adopts it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "dra-driver-",
+            "namespace": DRIVER_NAMESPACE,
+            "labels": {STAND_IN_LABEL: "true"},
+            "annotations": {
+                "dra-driver.example.com/note": (
+                    "the driver runs as a host process in the node's network namespace "
+                    "with this pod's UID and service-account token"
+                )
+            },
+        },
+        "spec": {
+            "nodeName": node_name,
+            "serviceAccountName": DRIVER_SA,
+            "automountServiceAccountToken": False,
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"operator": "Exists"}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "driver",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": [
+                        "sh",
+                        "-c",
+                        "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done",
+                    ],
+                }
+            ],
+        },
+    }
+
+
+class DriverMode(Protocol):
+    """What the tests and the demo need of a driver, however it runs."""
+
+    pod_uid: str
+
+    def start(self, wait: bool = True) -> DriverMode: ...
+    def stop(self, sig: int = signal.SIGTERM) -> None: ...
+    def log(self) -> str: ...
+
+
+class HostDriver:
+    """`dra-driver run` as a host process in the node (see the module docstring)."""
+
+    def __init__(self, node: LocalNode, args: tuple[str, ...] = ()) -> None:
+        self.node = node
+        self.args = args
+        self.pod: dict[str, Any] = {}
+        self.proc: DriverProcess | None = None
+
+    @property
+    def pod_uid(self) -> str:
+        return str(self.pod["metadata"]["uid"])
+
+    @property
+    def pod_name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def process(self) -> DriverProcess:
+        if self.proc is None:
+            raise RuntimeError("driver not started")
+        return self.proc
+
+    def start(self, wait: bool = True) -> HostDriver:
+        """Create its Pod, get a token bound to it, start the driver; with `wait`, until
+        the kubelet has registered it. Started again (after stop/kill), the same Pod,
+        token and directories are used, as after a container restart."""
+        lay = self.node.lay
+        if self.proc is None:
+            self.pod = self.node.request(
+                "POST",
+                f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods",
+                driver_pod_manifest(self.node.name),
+            )
+            kubeconfig = self.node.control_plane.bound_token_kubeconfig(
+                DRIVER_NAMESPACE, DRIVER_SA, self.pod, self.node.name
+            )
+            lay.driver_dir.mkdir(parents=True, exist_ok=True)
+            self.proc = DriverProcess(
+                lay.driver_dir,
+                lay.netns,
+                kubeconfig,
+                node=self.node.name,
+                pod_uid=self.pod_uid,
+                args=("--virtual-parents", PARENT, *self.args),
+                registry=lay.kubelet_registry,
+                plugins=lay.kubelet_plugins,
+                cdi=lay.cdi_dir,
+            )
+            self.node.on_stop.append(self.stop)
+        registrations = self.registrations()
+        self.process.start(wait=wait)
+        if wait:
+            self.wait_registered(registrations + 1)
+        return self
+
+    def registrations(self) -> int:
+        """How often the kubelet has connected to this instance's service socket, by
+        the kubelet's own log (the driver logs it only at level info)."""
+        line = f'endpoint="{self.process.service_socket}" connected=true'
+        try:
+            return (self.node.lay.logs / "kubelet.log").read_text(errors="replace").count(line)
+        except FileNotFoundError:
+            return 0
+
+    def wait_registered(self, times: int = 1, timeout: float = 30) -> None:
+        """Until the kubelet has registered this instance (the `times`-th time)."""
+        wait_for(
+            f"the kubelet to register driver pod {self.pod_name}",
+            lambda: self.registrations() >= times,
+            timeout,
+            log=self.log,
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process (SIGTERM, or `sig`); its Pod stays."""
+        if self.proc is not None and self.proc.proc is not None:
+            self.proc.stop(sig)  # one that exited already is only reaped
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to a running driver and return at once."""
+        if self.proc is not None and self.proc.proc is not None:
+            self.proc.proc.send_signal(sig)
+
+    def remove(self) -> None:
+        """Stop the process and delete its Pod, as a finished rollout does."""
+        self.stop()
+        try:
+            self.node.request(
+                "DELETE", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods/{self.pod_name}"
+            )
+        except ApiError as e:
+            if e.code != 404:
+                raise
+
+    def log(self) -> str:
+        return self.proc.log() if self.proc is not None else ""
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    @property
+    def cdi(self) -> Path:
+        return self.process.cdi
+
+    @property
+    def state(self) -> Path:
+        return self.process.state
+
+
+def start_driver(
+    node: LocalNode, mode: str = "host-process", args: tuple[str, ...] = (), wait: bool = True
+) -> HostDriver:
+    """Start the driver on `node` in `mode` (the only one so far: host-process)."""
+    if mode != "host-process":
+        raise ValueError(f"driver mode {mode!r} is not implemented (host-process is)")
+    return HostDriver(node, args).start(wait=wait)

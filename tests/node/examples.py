@@ -1,0 +1,91 @@
+"""The example workloads of deploy/, as close to unchanged as this kernel allows.
+
+An example whose netdev kind the running kernel lacks (this machine has no `dummy`)
+gets a veth instead: the pod sees an interface of the same name, MTU and addresses,
+only its kind differs. Everything else is left exactly as in deploy/; the RDMA and
+RoCE examples stay as they are and stay Pending where no such device exists.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.cluster import DEPLOY
+from tests.support import kernel
+
+EXAMPLE_FILES = (DEPLOY / "deployment.yaml", DEPLOY / "multi-nic-deployment.yaml")
+STAND_IN_KIND = "veth"
+# The fields every netdev kind has (README, opaque config reference): what a stand-in
+# veth keeps of the original's config (a macvlan's parent and mode would be refused).
+COMMON_FIELDS = ("interfaceName", "mtu", "macAddress", "ipAddresses")
+
+
+@dataclass
+class Examples:
+    """The examples as they run here: files, objects, and what was changed and why."""
+
+    files: list[Path] = field(default_factory=list)
+    docs: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def deployments(self) -> list[dict[str, Any]]:
+        return [d for d in self.docs if d["kind"] == "Deployment"]
+
+
+def _netdev_params(template: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for cfg in template["spec"]["spec"]["devices"].get("config") or []:
+        params = (cfg.get("opaque") or {}).get("parameters") or {}
+        if params.get("type") == "netdev" and isinstance(params.get("netdev"), dict):
+            out.append(params["netdev"])
+    return out
+
+
+def adapt(
+    docs: Sequence[dict[str, Any]], missing: Callable[[str], str | None] = kernel.missing
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The documents with every netdev kind the kernel lacks replaced by veth, and a
+    note per replacement naming the template, the interfaces and the reason."""
+    out = copy.deepcopy(list(docs))
+    notes = []
+    for doc in out:
+        if doc.get("kind") != "ResourceClaimTemplate":
+            continue
+        for netdev in _netdev_params(doc):
+            kind = str(netdev.get("kind", STAND_IN_KIND))
+            reason = missing(kind) if kind != STAND_IN_KIND else None
+            if reason is None:
+                continue
+            for field_name in set(netdev) - {"kind", *COMMON_FIELDS}:
+                del netdev[field_name]
+            netdev["kind"] = STAND_IN_KIND
+            notes.append(
+                f"{doc['metadata']['name']}: {reason}, so its interface "
+                f"{netdev.get('interfaceName', 'eth1')} is a {STAND_IN_KIND} here "
+                "(same name, MTU and addresses in the pod)"
+            )
+    return out, notes
+
+
+def write_examples(directory: Path, sources: Sequence[Path] = EXAMPLE_FILES) -> Examples:
+    """Adapt each example file and write it into `directory` under its own name."""
+    directory.mkdir(parents=True, exist_ok=True)
+    result = Examples()
+    for src in sources:
+        docs = [d for d in yaml.safe_load_all(src.read_text()) if d]
+        adapted, notes = adapt(docs)
+        dst = directory / src.name
+        dst.write_text(
+            f"# {src.relative_to(DEPLOY.parent)}, adapted to this kernel (tests/node/examples.py)\n"
+            + yaml.safe_dump_all(adapted, sort_keys=False)
+        )
+        result.files.append(dst)
+        result.docs.extend(adapted)
+        result.notes.extend(notes)
+    return result

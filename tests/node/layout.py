@@ -1,0 +1,186 @@
+"""Every path and name of one local node, derived from its name and work directory,
+and the state file that lets another process (or a later run) clean it up."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The node's own network: eth0 (a veth whose peer stays in the node's namespace) with
+# a default route, so the kubelet gets a non-loopback InternalIP and the macvlan
+# examples find their parent; pods on a CNI bridge. Private to the node's namespace,
+# so every node uses the same addresses.
+NODE_IP = "10.250.0.2"
+GATEWAY_IP = "10.250.0.1"
+NODE_PREFIX = 24
+POD_SUBNET = "10.244.0.0/24"
+PARENT = "eth0"
+
+# Host directories the node gets its own copy of, inside its mount namespace (as a
+# kind node container has its own): containerd puts shim sockets in /run/containerd/s,
+# the kubelet links container logs into /var/log/containers, CNI caches results in
+# /var/lib/cni; none of them can be configured elsewhere.
+PRIVATE_DIRS = ("/run", "/var/log", "/var/lib")
+
+# A unix socket path holds 107 bytes; the longest of the node's is the driver's
+# registration socket, <kubelet root>/plugins_registry/<driver>-<pod uid>-reg.sock.
+MAX_WORKDIR = 40
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where one node keeps everything. `name` is the Node's name, its network
+    namespace, its cgroup root and its CNI network name."""
+
+    name: str
+    workdir: Path
+
+    def __post_init__(self) -> None:
+        if len(str(self.workdir)) > MAX_WORKDIR:
+            raise ValueError(
+                f"node work directory {self.workdir} is longer than {MAX_WORKDIR} bytes: "
+                "the unix socket paths under it would not fit (use a short path under /tmp)"
+            )
+
+    # -- namespaces and cgroups
+    @property
+    def netns(self) -> str:
+        return self.name
+
+    @property
+    def netns_path(self) -> Path:
+        return Path("/run/netns") / self.netns
+
+    @property
+    def mntns_dir(self) -> Path:
+        """A private bind mount holding the mount namespace's file (as /run/netns does)."""
+        return self.workdir / "ns"
+
+    @property
+    def mntns(self) -> Path:
+        return self.mntns_dir / "mnt"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/{self.name}"
+
+    def enter(self) -> list[str]:
+        """The command prefix that runs a process in the node (mount and network)."""
+        return ["nsenter", f"--mount={self.mntns}", f"--net={self.netns_path}", "--"]
+
+    def private_dir(self, host_dir: str) -> Path:
+        """What the node sees at `host_dir` (one of PRIVATE_DIRS)."""
+        return self.workdir / "private" / host_dir.strip("/").replace("/", "-")
+
+    @property
+    def sysctl_dir(self) -> Path:
+        return self.workdir / "private" / "sysctl"
+
+    # -- containerd
+    @property
+    def containerd_dir(self) -> Path:
+        return self.workdir / "containerd"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.workdir / "containerd.sock"
+
+    @property
+    def nri_socket(self) -> Path:
+        return self.workdir / "nri.sock"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.workdir / "cni" / "net.d"
+
+    @property
+    def cni_ipam_dir(self) -> Path:
+        return self.workdir / "cni" / "ipam"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.workdir / "cdi"
+
+    # -- kubelet
+    @property
+    def kubelet_root(self) -> Path:
+        return self.workdir / "kubelet"
+
+    @property
+    def kubelet_registry(self) -> Path:
+        return self.kubelet_root / "plugins_registry"
+
+    @property
+    def kubelet_plugins(self) -> Path:
+        return self.kubelet_root / "plugins"
+
+    @property
+    def kubelet_pki(self) -> Path:
+        return self.workdir / "kubelet-pki"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.workdir / "pod-logs"
+
+    # -- the rest
+    @property
+    def controlplane(self) -> Path:
+        return self.workdir / "controlplane"
+
+    @property
+    def driver_dir(self) -> Path:
+        return self.workdir / "driver"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig, usable on the host (through the forwarder) and in the node."""
+        return self.workdir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "node.json"
+
+
+def write_state(lay: NodeLayout, **extra: Any) -> None:
+    """Record who owns the node and what it is made of (read by `read_state`)."""
+    state = {
+        "name": lay.name,
+        "workdir": str(lay.workdir),
+        "owner_pid": os.getpid(),
+        "owner_start": process_start(os.getpid()),
+        **extra,
+    }
+    tmp = lay.state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1) + "\n")
+    tmp.replace(lay.state_file)
+
+
+def read_state(workdir: Path) -> dict[str, Any] | None:
+    """The state a node left in `workdir`, or None."""
+    try:
+        return dict(json.loads((workdir / "node.json").read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of a process, None if it is gone: with
+    the pid, it tells whether the owner of a state file is still the same process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def owner_alive(state: dict[str, Any]) -> bool:
+    """Whether the process that wrote `state` still runs."""
+    pid = int(state.get("owner_pid", 0))
+    return pid > 0 and process_start(pid) == state.get("owner_start")
