@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
 import time
+from urllib.parse import urlsplit
 
 from dradriver import gc, log
 from dradriver.config import ConfigSchema
@@ -26,8 +28,9 @@ from dradriver.status import StatusWriter
 logger = logging.getLogger(__name__)
 
 
-def context_of(settings: Settings) -> HandlerContext:
-    """The node facts handlers see."""
+def context_of(settings: Settings, api_server: str | None = None) -> HandlerContext:
+    """The node facts handlers see; `api_server`: the URL of the API server the driver
+    uses, whose address no claim may take (when the URL holds an IP address)."""
     return HandlerContext(
         driver_name=settings.driver_name,
         node_name=settings.node_name,
@@ -37,7 +40,19 @@ def context_of(settings: Settings) -> HandlerContext:
         sriov_pfs=settings.sriov_pfs,
         dev_root=settings.dev_root,
         virtual_slots=settings.virtual_slots,
+        claim_address_ranges=settings.claim_address_ranges,
+        protected_addresses=_api_server_address(api_server),
     )
+
+
+def _api_server_address(url: str | None) -> tuple[tuple[str, str], ...]:
+    """The API server's address if its URL names one (a host name is not resolved)."""
+    try:
+        host = urlsplit(url or "").hostname or ""
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return ()
+    return ((str(address), f"the address of the API server the driver uses ({url})"),)
 
 
 def run(settings: Settings) -> int:
@@ -50,7 +65,8 @@ def run(settings: Settings) -> int:
 
     registry = HandlerRegistry()
     schema = ConfigSchema(registry, settings.driver_name)
-    context = context_of(settings)
+    api = KubeApi(settings.kubeconfig)
+    context = context_of(settings, api.server)
     settings.cdi_dir.mkdir(parents=True, exist_ok=True)
     records = RecordStore(settings.state_dir)
     paths = socket_paths(settings)
@@ -58,7 +74,6 @@ def run(settings: Settings) -> int:
     metrics = Metrics()
     if settings.metrics_addr:
         metrics.serve(settings.metrics_addr)
-    api = KubeApi(settings.kubeconfig)
     inventory = Inventory(registry, context)
     status = StatusWriter(api, settings.driver_name, settings.node_name, metrics)
     preparer = Preparer(

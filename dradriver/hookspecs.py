@@ -85,6 +85,9 @@ class HandlerContext:
     `sriov_pfs`: physical functions whose VFs are offered as sriov-vf (patterns).
     `dev_root`: where device nodes live (/dev), for RDMA character devices.
     `virtual_slots`: how many virtual interfaces the node offers at once.
+    `claim_address_ranges`: networks (CIDR) claims may take their ipAddresses from.
+    `protected_addresses`: (address, what it is) no claim may take besides the node's
+    own addresses and gateways, e.g. the API server's.
     """
 
     driver_name: str
@@ -95,6 +98,8 @@ class HandlerContext:
     sriov_pfs: tuple[str, ...] = ()
     dev_root: Path = Path("/dev")
     virtual_slots: int = 128
+    claim_address_ranges: tuple[str, ...] = ()
+    protected_addresses: tuple[tuple[str, str], ...] = ()
 
 
 UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device

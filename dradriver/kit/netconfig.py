@@ -14,13 +14,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from dradriver import naming, netlink
-from dradriver.errors import DeviceError
+from dradriver.errors import ConfigError, DeviceError
 from dradriver.hookspecs import DeviceRequest, NetworkData, Validated
+from dradriver.kit import hostaddr
 
 DEFAULT_INTERFACE_NAME = "eth1"
-# Container interface names: 1-15 ASCII bytes, no '/', ':' or white space; not lo, ., ..
-INTERFACE_NAME_PATTERN = r"^(?!lo$)(?!\.\.?$)[!-.0-9;-~]{1,15}$"
-ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"
+# Patterns mean what JSON Schema says (ECMA-262): `$` is the end of the string.
+# An interface name as the kernel takes it (dev_valid_name): 1-15 bytes, no '/', ':' or
+# white space, not '.' or '..'; printable ASCII only; no '%' (the kernel reads "%d" as a
+# template and picks a number); not lo (the pod has one), all or default (sysctl names).
+_IFNAME_CHARS = r"[!-$&-.0-9;-~]{1,15}"
+HOST_NAME_PATTERN = rf"^(?!(?:all|default|\.|\.\.)$){_IFNAME_CHARS}$"
+INTERFACE_NAME_PATTERN = rf"^(?!(?:lo|all|default|\.|\.\.)$){_IFNAME_CHARS}$"
+# A unicast Ethernet address the kernel accepts (is_valid_ether_addr): the group bit
+# (lowest bit of the first octet) clear, and not all zeros.
+ETHERNET_MAC_PATTERN = r"^(?!(?:00:){5}00$)[0-9A-Fa-f][02468AaCcEe](?::[0-9A-Fa-f]{2}){5}$"
+# Canonical CIDR spelling (lower-case hex, decimal prefix length); the `cidr` format
+# (dradriver.iprules) checks the rest: a real address, and not of a special range.
+CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 
 COMMON_PROPERTIES: dict[str, Any] = {
@@ -29,23 +40,36 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "type": "string",
         "pattern": INTERFACE_NAME_PATTERN,
         "default": DEFAULT_INTERFACE_NAME,
-        "description": "name inside the container: 1-15 ASCII bytes, no '/', ':' or "
-        "white space, not lo, . or ..",
+        "description": "name inside the container: 1-15 printable ASCII characters, no "
+        "'/', ':', '%' or space, not lo, all, default, . or ..",
     },
     "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
-    "macAddress": {"type": "string", "pattern": ETHERNET_MAC_PATTERN},
+    "macAddress": {
+        "type": "string",
+        "pattern": ETHERNET_MAC_PATTERN,
+        "description": "a unicast Ethernet address aa:bb:cc:dd:ee:ff (the lowest bit of the "
+        "first octet clear; not all zeros)",
+    },
     "ipAddresses": {
         "type": "array",
-        "items": {"type": "string", "format": "cidr"},
+        "items": {
+            "type": "string",
+            "pattern": CIDR_PATTERN,
+            "format": "cidr",
+            "description": "an address with a decimal prefix length in canonical form, "
+            "e.g. 10.0.0.2/24 or fd00::2/64",
+        },
         "maxItems": MAX_IPS,
         "uniqueItems": True,
-        "description": "addresses in CIDR form, kept by the runtime when it moves the link",
+        "description": "unicast addresses in CIDR form, kept by the runtime when it moves the "
+        "link; the node allows only the operator's ranges (--claim-address-ranges)",
     },
 }
 PARENT = {
     "type": "string",
-    "pattern": r"^[!-.0-9;-~]{1,15}$",
-    "description": "a host interface name (1-15 ASCII bytes, no '/', ':' or white space)",
+    "pattern": HOST_NAME_PATTERN,
+    "description": "a host interface name (1-15 printable ASCII characters, no '/', ':', "
+    "'%' or space)",
 }
 
 
@@ -84,6 +108,42 @@ class NetConfig:
     def network_data(self, mac: str | None) -> NetworkData:
         """networkData for the claim status."""
         return NetworkData(self.interface_name, tuple(str(i) for i in self.ips), mac)
+
+
+NETDEV_PATH = "$.netdev"  # where a netdev config's fields are (combo/roce: $.combo.netdev)
+
+
+def checked(
+    req: DeviceRequest,
+    config: Mapping[str, Any] | None = None,
+    path: str = NETDEV_PATH,
+    own: Sequence[int] = (),
+) -> NetConfig:
+    """`config` (default: the request's) parsed and checked against the node: addresses
+    in the operator's ranges, none twice, none the host uses (`own`: indexes of the links
+    the pod gets, whose current addresses are not the node's). Errors name `path`."""
+    cfg = NetConfig.parse(req.config if config is None else config)
+    hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own)
+    return cfg
+
+
+def check_mtu(cfg: NetConfig, path: str, link: netlink.Link, parent: bool = False) -> None:
+    """Refuse an MTU the kernel would refuse: beyond the limits `link` reports, or above
+    its current MTU when it is the `parent` of a macvlan/ipvlan child."""
+    if cfg.mtu is None:
+        return
+    if parent and cfg.mtu > link.mtu:
+        raise ConfigError(
+            f"{cfg.mtu} is above the MTU {link.mtu} of the parent {link.name} (a child "
+            "cannot exceed its parent's)",
+            f"{path}.mtu",
+        )
+    low, high = link.min_mtu, link.max_mtu
+    if not parent and (cfg.mtu < low or (high and cfg.mtu > high)):
+        raise ConfigError(
+            f"{cfg.mtu} is outside what {link.name} supports ({low}-{high or 'unlimited'})",
+            f"{path}.mtu",
+        )
 
 
 @dataclass(frozen=True)

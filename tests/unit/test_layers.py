@@ -10,9 +10,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Each group may import itself and the groups listed for it.
 LAYERS: dict[str, set[str]] = {
-    "foundation": {"errors", "log", "naming", "atomicfile", "metrics", "hookspecs"},
+    "foundation": {"errors", "log", "naming", "iprules", "atomicfile", "metrics", "hookspecs"},
     "effects": {"netlink", "rtnl", "kubeconfig", "kubeapi", "kit.sysfs"},
-    "kit": {"kit", "kit.netconfig", "kit.hostif", "kit.rdma"},
+    "kit": {"kit", "kit.netconfig", "kit.hostaddr", "kit.hostif", "kit.rdma"},
     "core": {"registry", "config", "claims", "cdi", "records", "slices", "settings"},
     "services": {"inventory", "plan", "prepare", "gc", "status", "publisher"},
     "kubelet": {"kubelet", "kubelet.sockets", "kubelet.server", "kubelet.proto"},
