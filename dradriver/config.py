@@ -186,7 +186,7 @@ def _describe(error: ValidationError) -> list[tuple[str, str, str]]:
             return [(_join(path, k), "unknown field", keyword) for k in extra]
     if keyword in ("allOf", "anyOf", "oneOf") and error.context:
         return [leaf for sub in error.context for leaf in _describe(sub)]
-    if keyword == "pattern" and "description" in schema:
+    if keyword in ("pattern", "not") and "description" in schema:
         return [(path, f"{_brief(error.instance)} is invalid: {schema['description']}", keyword)]
     if keyword == "format" and error.cause is not None:
         return [(path, f"{_brief(error.instance)} is invalid: {error.cause}", keyword)]

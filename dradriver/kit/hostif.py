@@ -56,6 +56,7 @@ def checked(
     cfg = netconfig.checked(req, config, path, own)
     if link is not None:
         netconfig.check_mtu(cfg, path, link)
+        netconfig.check_ipv6_mtu(cfg, path, cfg.mtu or link.mtu)
     return cfg
 
 

@@ -65,6 +65,24 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "link; the node allows only the operator's ranges (--claim-address-ranges)",
     },
 }
+IPV6_MIN_MTU = 1280  # below it the kernel turns IPv6 off on the link
+# An IPv6 address on a link whose MTU is set below 1280: the kernel refuses to add it.
+IPV6_NEEDS_MTU: dict[str, Any] = {
+    "if": {
+        "properties": {"mtu": {"type": "integer", "maximum": IPV6_MIN_MTU - 1}},
+        "required": ["mtu"],
+    },
+    "then": {
+        "properties": {
+            "ipAddresses": {
+                "items": {
+                    "not": {"pattern": ":"},
+                    "description": f"an IPv6 address needs an mtu of at least {IPV6_MIN_MTU}",
+                }
+            }
+        }
+    },
+}
 PARENT = {
     "type": "string",
     "pattern": HOST_NAME_PATTERN,
@@ -79,7 +97,14 @@ def schema(
     """A kind's schema: the common fields (minus `drop`) plus `extra`, nothing else."""
     properties = {k: v for k, v in COMMON_PROPERTIES.items() if k not in drop}
     properties.update(extra)
-    return {"properties": properties, "required": list(required), "additionalProperties": False}
+    out: dict[str, Any] = {
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+    if "mtu" in properties and "ipAddresses" in properties:
+        out["allOf"] = [IPV6_NEEDS_MTU]
+    return out
 
 
 @dataclass(frozen=True)
@@ -144,6 +169,23 @@ def check_mtu(cfg: NetConfig, path: str, link: netlink.Link, parent: bool = Fals
             f"{cfg.mtu} is outside what {link.name} supports ({low}-{high or 'unlimited'})",
             f"{path}.mtu",
         )
+
+
+def check_ipv6_mtu(cfg: NetConfig, path: str, mtu: int) -> None:
+    """Refuse IPv6 addresses when the link will have MTU `mtu` below 1280 (the config
+    leaves it to a parent or NIC whose MTU is that low): the kernel would refuse them."""
+    if mtu >= IPV6_MIN_MTU:
+        return
+    issues = [
+        (
+            f"{path}.ipAddresses[{i}]",
+            f"IPv6 needs an MTU of at least {IPV6_MIN_MTU}; the link's is {mtu}",
+        )
+        for i, ip in enumerate(cfg.ips)
+        if ip.version == 6
+    ]
+    if issues:
+        raise ConfigError.many(issues)
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,7 @@ class ParentedLinkHandler(VirtualLinkHandler):
         parent = require_allowed_parent(req, req.config["parent"])
         cfg = netconfig.NetConfig.parse(req.config)
         netconfig.check_mtu(cfg, netconfig.NETDEV_PATH, parent, parent=True)
+        netconfig.check_ipv6_mtu(cfg, netconfig.NETDEV_PATH, cfg.mtu or parent.mtu)
 
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
         """The link on the parent's index, in the configured mode."""

@@ -216,3 +216,13 @@ def test_handler_errors_name_the_full_json_path(kernel):
     with pytest.raises(ConfigError) as err:
         handler.validate(req)
     assert err.value.path == "$.netdev.parent"
+
+
+def test_ipv6_on_a_child_of_a_parent_below_1280_is_refused(kernel):
+    kernel.table["par0"].mtu = 1200
+    netdev = {"kind": "macvlan", "parent": "par0", "ipAddresses": ["2001:db8::9/64"]}
+    ctx = _ctx(virtual_parents=("par0",))
+    handler, req = request({"type": "netdev", "netdev": netdev}, ctx=ctx)
+    with pytest.raises(ConfigError) as err:
+        handler.validate(req)
+    assert err.value.path == "$.netdev.ipAddresses[0]" and "the link's is 1200" in str(err.value)

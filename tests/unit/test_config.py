@@ -184,3 +184,14 @@ def test_error_messages_stay_short(schema):
     params = {"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "x" * 100000}}
     [(path, message)] = schema.issues(params)
     assert path == "$.netdev.interfaceName" and len(message) <= 300
+
+
+def test_ipv6_addresses_need_an_mtu_of_1280(schema):
+    netdev = {"kind": "veth", "mtu": 1279, "ipAddresses": ["198.51.100.7/24", "2001:db8::7/64"]}
+    issues = dict(schema.issues({"type": "netdev", "netdev": netdev}))
+    assert list(issues) == ["$.netdev.ipAddresses[1]"]
+    assert "IPv6 address needs an mtu of at least 1280" in issues["$.netdev.ipAddresses[1]"]
+    netdev["mtu"] = 1280
+    assert schema.issues({"type": "netdev", "netdev": netdev}) == []
+    netdev["mtu"] = "1000"  # a wrong type is named once, at its own path
+    assert list(dict(schema.issues({"type": "netdev", "netdev": netdev}))) == ["$.netdev.mtu"]
