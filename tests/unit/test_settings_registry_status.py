@@ -151,6 +151,8 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = b"<html>bad gateway</html>" if "bad" in self.path else b"not json"
+            if "deep" in self.path:  # valid JSON, deeper than Python's decoder goes
+                body = b'{"spec": ' + b"[" * 5000 + b"]" * 5000 + b"}"
             self.send_response(502 if "bad" in self.path else 200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -168,6 +170,8 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
             api.get_node("bad")
         with pytest.raises(ApiError, match="not JSON"):
             api.get_node("good")
+        with pytest.raises(ApiError, match="nested too deeply"):
+            api.get_node("deep")
     finally:
         server.shutdown()
         server.server_close()
