@@ -239,7 +239,7 @@ class FakeKernel:
         """The static routes whose interface exists, and the routes the kernel derives from
         addresses: a local route per address (for IPv4 even on a down link, for IPv6
         only once the link is up: until then the address is tentative) and, on an up
-        link, one for the address's prefix."""
+        link, one for the address's prefix and (IPv4) one for its broadcast address."""
         indexes = {ln.index for ln in self.table.values()}
         out = [r for r in self.static_routes if r.oif is None or r.oif in indexes]
         for link in self.table.values():
@@ -251,11 +251,16 @@ class FakeKernel:
                 if link.up:
                     prefix = ipaddress.ip_interface(f"{address}/{prefixlen}").network
                     out.append(Route(str(prefix), "unicast", _MAIN_TABLE, (), link.index))
+                    if prefix.version == 4 and prefix.prefixlen <= 30:
+                        broadcast = f"{prefix.broadcast_address}/32"
+                        out.append(Route(broadcast, "broadcast", _LOCAL_TABLE, (), link.index))
         return out
 
     def add_address(self, index: int, address: str, prefixlen: int) -> None:
         self.steps.tick(f"add address {address}/{prefixlen} to {index}")
         link = self._by_index(index)
+        if ":" in address and link.mtu < 1280:  # the kernel turns IPv6 off below 1280
+            raise NetlinkError("ipv6 off", errno.EINVAL)
         if (address, prefixlen) in link.addresses:
             raise NetlinkError("exists", errno.EEXIST)
         link.addresses.add((address, prefixlen))
