@@ -96,11 +96,18 @@ def _merged_parameters(
     return merged  # type: ignore[no-any-return]  # validated by the schema later
 
 
-def deep_merge(lower: Any, upper: Any) -> Any:
-    """`upper` over `lower`: objects merge key by key, anything else is replaced."""
-    if isinstance(lower, dict) and isinstance(upper, dict):
+MERGE_DEPTH = 32  # deeper than any valid config: below it `upper` simply replaces
+
+
+def deep_merge(lower: Any, upper: Any, depth: int = 0) -> Any:
+    """`upper` over `lower`: objects merge key by key, anything else is replaced.
+
+    Below MERGE_DEPTH levels objects are replaced too (the merged config is refused
+    for its depth anyway), so a hostile nesting cannot exhaust the stack.
+    """
+    if isinstance(lower, dict) and isinstance(upper, dict) and depth < MERGE_DEPTH:
         out = dict(lower)
         for key, value in upper.items():
-            out[key] = deep_merge(lower.get(key), value)
+            out[key] = deep_merge(lower.get(key), value, depth + 1)
         return out
     return upper

@@ -104,11 +104,18 @@ def _handlers(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
         parameters = yaml.safe_load(text)
+    except (OSError, UnicodeError) as exc:
+        print(f"{args.file}: $: cannot read: {exc}", file=sys.stderr)
+        return 1
     except yaml.YAMLError as exc:
-        print(f"{args.file}: not YAML or JSON: {exc}", file=sys.stderr)
+        reason = " ".join(str(exc).split())  # one line: every line of stderr names a path
+        print(f"{args.file}: $: not YAML or JSON: {reason}", file=sys.stderr)
+        return 1
+    except (RecursionError, ValueError) as exc:  # nesting or an integer beyond the parser
+        print(f"{args.file}: $: cannot be read: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     schema = ConfigSchema(HandlerRegistry(), args.driver_name)
     try:

@@ -3,52 +3,43 @@
 from __future__ import annotations
 
 import copy
-import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 
-from dradriver import patterns
+from dradriver import iprules, patterns
 from dradriver.errors import ConfigError
 from dradriver.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.registry import HandlerRegistry
 
 SCHEMA_ID = "https://github.com/dra-driver/dra-driver/config.schema.json"
+# A device's config is a handful of fields: anything deeper or bigger is refused before
+# it is copied or validated (both recurse), with the path where it went too deep.
+MAX_DEPTH = 16
+MAX_VALUES = 2000
+_MESSAGE_LIMIT = 300
 
 FORMATS = FormatChecker()
-CIDR_HINT = "must be an address with a prefix length, e.g. 10.0.0.2/24"
 
 
 @FORMATS.checks("cidr", raises=ValueError)
 def _is_cidr(value: object) -> bool:
-    """An interface address with prefix length, e.g. 10.0.0.2/24 or fd00::2/64.
-
-    Exactly what Kubernetes' CEL `isCIDR()` accepts (Go's netip.ParsePrefix, no
-    IPv4-mapped IPv6), so the admission policy and the driver agree: no netmask
-    notation, no leading zeros in the prefix length, no IPv6 zone.
-    """
-    if not isinstance(value, str):
-        return True  # the type keyword reports it
-    address, slash, bits = value.partition("/")
-    leading_zero = len(bits) > 1 and bits.startswith("0")
-    if not slash or not (bits.isascii() and bits.isdigit()) or leading_zero:
-        raise ValueError(CIDR_HINT)
-    if "%" in address:
-        raise ValueError("an IPv6 zone (%...) is not allowed")
-    interface = ipaddress.ip_interface(value)
-    if isinstance(interface, ipaddress.IPv6Interface) and interface.ip.ipv4_mapped:
-        raise ValueError("an IPv4-mapped IPv6 address is not allowed; write the IPv4 address")
+    """A claim's interface address: see dradriver.iprules (rule 1, form)."""
+    if isinstance(value, str):
+        iprules.parse_interface(value)
     return True
 
 
-def _pattern(validator: Any, pattern: str, instance: object, schema: Mapping[str, Any]) -> Any:
+def _pattern(
+    validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     """`pattern` read as RE2 and JSON Schema read it: `$` is the end of the string."""
-    if validator.is_type(instance, "string") and not patterns.search(pattern, str(instance)):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+    if validator.is_type(instance, "string") and not patterns.search(pattern, instance):
+        yield ValidationError(f"{_brief(instance)} does not match {pattern!r}")
 
 
 def _is_integer(_checker: object, instance: object) -> bool:
@@ -60,7 +51,9 @@ def _is_integer(_checker: object, instance: object) -> bool:
     )
 
 
-_Validator = validators.extend(  # type: ignore[no-untyped-call]
+# Draft 2020-12 with `pattern` read as the standard (and the admission policy's RE2) reads
+# it, and integers as the API server reads them.
+Validator = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
     validators={"pattern": _pattern},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
@@ -83,14 +76,19 @@ class ConfigSchema:
         """Assemble the schema from the handlers' fragments."""
         self.registry = registry
         self.schema = _build_schema(registry, driver_name)
-        self._validator = _Validator(self.schema, format_checker=FORMATS)
+        self._validator = Validator(self.schema, format_checker=FORMATS)
 
     def issues(self, parameters: object) -> list[tuple[str, str]]:
         """Every (JSON path, reason) the schema finds in `parameters`, sorted by path."""
-        found: list[tuple[str, str]] = []
-        for error in self._validator.iter_errors(parameters):
-            found.extend(_describe(error))
-        return sorted(set(found))
+        shape = shape_problem(parameters)
+        if shape is not None:
+            return [shape]
+        found = [leaf for e in self._validator.iter_errors(parameters) for leaf in _describe(e)]
+        # A field whose format check failed also fails its coarser pattern: one reason.
+        formats = {path for path, _, keyword in found if keyword == "format"}
+        return sorted(
+            {(p, _short(r)) for p, r, keyword in found if keyword != "pattern" or p not in formats}
+        )
 
     def resolve(self, parameters: object, device: Device | None) -> ResolvedConfig:
         """Fill the defaults the handlers declare for `device` and validate; raise ConfigError.
@@ -101,6 +99,9 @@ class ConfigSchema:
             parameters = {}
         if not isinstance(parameters, dict):
             raise ConfigError("opaque parameters must be a JSON object", "$")
+        shape = shape_problem(parameters)
+        if shape is not None:
+            raise ConfigError(shape[1], shape[0])
         params = copy.deepcopy(parameters)
         default = self.registry.default_for_device(device.kind if device else UNKNOWN_DEVICE)
         if "type" not in params:
@@ -165,23 +166,55 @@ def _build_schema(registry: HandlerRegistry, driver_name: str) -> dict[str, Any]
     }
 
 
-def _describe(error: ValidationError) -> list[tuple[str, str]]:
-    """(path, reason) pairs for one schema error, pointing at the offending field."""
-    path = error.json_path
+def _describe(error: ValidationError) -> list[tuple[str, str, str]]:
+    """(path, reason, keyword) for one schema error, pointing at the offending field."""
+    path, keyword = error.json_path, str(error.validator)
     schema = error.schema if isinstance(error.schema, dict) else {}
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+    if keyword == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(schema.get("properties", {}))
         extra = [k for k in error.instance if k not in allowed]
         if extra:
-            return [(_join(path, k), "unknown field") for k in extra]
-    if error.validator in ("allOf", "anyOf", "oneOf") and error.context:
-        return [pair for sub in error.context for pair in _describe(sub)]
-    if error.validator in ("pattern", "not", "maxLength") and "description" in schema:
-        return [(path, f"{error.instance!r} is invalid: {schema['description']}")]
-    if error.validator == "format" and error.cause is not None:
-        return [(path, f"{error.instance!r} is invalid: {error.cause}")]
-    return [(path, error.message)]
+            return [(_join(path, k), "unknown field", keyword) for k in extra]
+    if keyword in ("allOf", "anyOf", "oneOf") and error.context:
+        return [leaf for sub in error.context for leaf in _describe(sub)]
+    if keyword in ("pattern", "not", "maxLength") and "description" in schema:
+        return [(path, f"{_brief(error.instance)} is invalid: {schema['description']}", keyword)]
+    if keyword == "format" and error.cause is not None:
+        return [(path, f"{_brief(error.instance)} is invalid: {error.cause}", keyword)]
+    return [(path, error.message, keyword)]
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key)}]"
+def shape_problem(value: object) -> tuple[str, str] | None:
+    """(path, reason) if `value` is nested too deeply, too big, or has a key that is not
+    a string (YAML allows them); walked without recursion."""
+    stack: list[tuple[object, str, int]] = [(value, "$", 0)]
+    seen = 0
+    while stack:
+        item, path, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return "$", f"more than {MAX_VALUES} values: a device config is a handful of fields"
+        if depth > MAX_DEPTH:
+            return path, f"nested deeper than {MAX_DEPTH} levels"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return path, f"key {_brief(key)} is not a string"
+                stack.append((child, _join(path, key), depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+    return None
+
+
+def _brief(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."
+
+
+def _join(path: str, key: object) -> str:
+    key = str(key)
+    return f"{path}.{key}" if key.isidentifier() and key.isascii() else f"{path}[{json.dumps(key)}]"

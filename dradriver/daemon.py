@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
 import threading
 import time
+from urllib.parse import urlsplit
 
 from dradriver import gc, log, naming
 from dradriver.calls import CallGate
@@ -34,8 +36,9 @@ logger = logging.getLogger(__name__)
 DRAIN_SLACK_SECONDS = 10.0
 
 
-def context_of(settings: Settings) -> HandlerContext:
-    """The node facts handlers see."""
+def context_of(settings: Settings, api_server: str | None = None) -> HandlerContext:
+    """The node facts handlers see; `api_server`: the URL of the API server the driver
+    uses, whose address no claim may take (when the URL holds an IP address)."""
     return HandlerContext(
         driver_name=settings.driver_name,
         node_name=settings.node_name,
@@ -46,7 +49,19 @@ def context_of(settings: Settings) -> HandlerContext:
         dev_root=settings.dev_root,
         virtual_slots=settings.virtual_slots,
         owner=naming.owner_id(settings.driver_name, os.path.realpath(settings.state_dir)),
+        claim_address_ranges=settings.claim_address_ranges,
+        protected_addresses=_api_server_address(api_server),
     )
+
+
+def _api_server_address(url: str | None) -> tuple[tuple[str, str], ...]:
+    """The API server's address if its URL names one (a host name is not resolved)."""
+    try:
+        host = urlsplit(url or "").hostname or ""
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return ()
+    return ((str(address), f"the address of the API server the driver uses ({url})"),)
 
 
 def run(settings: Settings) -> int:
@@ -59,7 +74,8 @@ def run(settings: Settings) -> int:
 
     registry = HandlerRegistry()
     schema = ConfigSchema(registry, settings.driver_name)
-    context = context_of(settings)
+    api = KubeApi(settings.kubeconfig)
+    context = context_of(settings, api.server)
     records = RecordStore(settings.state_dir)
     for directory in (settings.cdi_dir, settings.state_dir):
         try:
@@ -77,7 +93,6 @@ def run(settings: Settings) -> int:
     metrics = Metrics()
     if settings.metrics_addr:
         metrics.serve(settings.metrics_addr)
-    api = KubeApi(settings.kubeconfig)
     inventory = Inventory(registry, context)
     status = StatusWriter(
         api,

@@ -87,6 +87,9 @@ class HandlerContext:
     `virtual_slots`: how many virtual interfaces the node offers at once.
     `owner`: this driver instance (naming.owner_id), put in the tag of every interface
     it creates; instances never touch interfaces another owner tagged.
+    `claim_address_ranges`: networks (CIDR) claims may take their ipAddresses from.
+    `protected_addresses`: (address, what it is) no claim may take besides the node's
+    own addresses and gateways, e.g. the API server's.
     """
 
     driver_name: str
@@ -98,6 +101,8 @@ class HandlerContext:
     dev_root: Path = Path("/dev")
     virtual_slots: int = 128
     owner: str = "000000000000"
+    claim_address_ranges: tuple[str, ...] = ()
+    protected_addresses: tuple[tuple[str, str], ...] = ()
 
 
 UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
-from dradriver import kubeconfig
+from dradriver import kubeconfig, naming
 from dradriver.errors import DriverError
 from dradriver.kubeconfig import ApiConfig
 
@@ -132,6 +132,10 @@ class KubeApi:
             payload = json.loads(resp.data) if resp.data else None
         except ValueError:  # a proxy's HTML error page, a truncated body
             payload = resp.data.decode(errors="replace")[:300]
+        except RecursionError:  # valid JSON nested deeper than the decoder goes
+            raise ApiError(
+                resp.status, "BadResponse", f"JSON from {path} is nested too deeply to read"
+            ) from None
         if resp.status >= 400:
             message = payload.get("message", "") if isinstance(payload, dict) else payload
             reason = payload.get("reason", "") if isinstance(payload, dict) else ""
@@ -142,15 +146,14 @@ class KubeApi:
 
     def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
         """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given."""
-        path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"
-        result: dict[str, Any] = self.request("GET", path, timeout=timeout)
+        result: dict[str, Any] = self.request("GET", _claim_path(namespace, name), timeout=timeout)
         return result
 
     def apply_claim_status(
         self, namespace: str, name: str, body: Mapping[str, Any], manager: str
     ) -> None:
         """Server-side apply a ResourceClaim status as field manager `manager`."""
-        path = f"{RESOURCE_API}/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
+        path = _claim_path(namespace, name) + "/status"
         self.request(
             "PATCH",
             path,
@@ -161,7 +164,7 @@ class KubeApi:
 
     def get_node(self, name: str) -> dict[str, Any]:
         """GET a Node."""
-        result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{quote(name)}")
+        result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{segment(name)}")
         return result
 
     def list_slices(self, driver: str, node_name: str) -> list[dict[str, Any]]:
@@ -179,14 +182,29 @@ class KubeApi:
 
     def update_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Replace a ResourceSlice (body carries its resourceVersion); return what was stored."""
-        name = quote(body["metadata"]["name"])
+        name = segment(body["metadata"]["name"])
         result: dict[str, Any] = self.request("PUT", f"{RESOURCE_API}/resourceslices/{name}", body)
         return result
 
     def delete_slice(self, name: str) -> None:
         """Delete a ResourceSlice (no error if it is already gone)."""
         try:
-            self.request("DELETE", f"{RESOURCE_API}/resourceslices/{quote(name)}")
+            self.request("DELETE", f"{RESOURCE_API}/resourceslices/{segment(name)}")
         except ApiError as exc:
             if exc.status != 404:
                 raise
+
+
+def segment(value: str) -> str:
+    """`value` as one URL path segment: every reserved character escaped, `/` included."""
+    return quote(value, safe="")
+
+
+def _claim_path(namespace: str, name: str) -> str:
+    """The path of a ResourceClaim, after checking both names as Kubernetes names: they
+    come from the kubelet and reach a URL, where `..` or `/` would address another object."""
+    if not naming.is_dns_label(namespace):
+        raise ApiError(0, "Invalid", f"namespace {namespace!r} is not a Kubernetes namespace name")
+    if not naming.is_dns_subdomain(name):
+        raise ApiError(0, "Invalid", f"name {name!r} is not a Kubernetes object name")
+    return f"{RESOURCE_API}/namespaces/{segment(namespace)}/resourceclaims/{segment(name)}"

@@ -10,32 +10,34 @@ from typing import NamedTuple
 IFNAMSIZ = 15  # bytes of an interface name, without the terminating NUL
 HOST_IFNAME_PREFIX = "dr"
 _HASH_CHARS = IFNAMSIZ - len(HOST_IFNAME_PREFIX) - 1
-HOST_IFNAME_RE = re.compile(rf"^{HOST_IFNAME_PREFIX}[a-z][a-z2-7]{{{_HASH_CHARS}}}$")
+# Every whole-string check below uses fullmatch: with match, `$` also matches before a
+# final newline, so "name\n" would pass.
+HOST_IFNAME_RE = re.compile(rf"{HOST_IFNAME_PREFIX}[a-z][a-z2-7]{{{_HASH_CHARS}}}")
 ALIAS_PREFIX = "dra-driver"
 _ALIAS_RE = re.compile(
     rf"{ALIAS_PREFIX}(?: owner=(?P<owner>[0-9a-f]{{12}}))? claim=(?P<uid>[0-9a-f-]{{36}}) "
-    r"(?P<key>\S+)"
+    r"(?P<key>[!-~]+)"
 )
 
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_UID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CDI_NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
 def is_dns_label(name: str) -> bool:
     """Whether `name` is a Kubernetes DNS label (device names, request names)."""
-    return len(name) <= 63 and bool(_DNS_LABEL_RE.match(name))
+    return len(name) <= 63 and bool(_DNS_LABEL_RE.fullmatch(name))
 
 
 def is_dns_subdomain(name: str) -> bool:
     """Whether `name` is a Kubernetes DNS subdomain (driver and node names)."""
-    return len(name) <= 253 and bool(_DNS_SUBDOMAIN_RE.match(name))
+    return len(name) <= 253 and bool(_DNS_SUBDOMAIN_RE.fullmatch(name))
 
 
 def is_claim_uid(uid: str) -> bool:
     """Whether `uid` looks like a Kubernetes object UID (it reaches file names)."""
-    return bool(_UID_RE.match(uid))
+    return bool(_UID_RE.fullmatch(uid))
 
 
 def device_key(request: str, device: str, share_id: str | None) -> str:
@@ -59,7 +61,7 @@ def host_ifname(claim_uid: str, key: str, role: str = "c") -> str:
 
 def is_host_ifname(name: str) -> bool:
     """Whether `name` has the shape of a host interface name this driver creates."""
-    return bool(HOST_IFNAME_RE.match(name))
+    return bool(HOST_IFNAME_RE.fullmatch(name))
 
 
 def owner_id(driver: str, state_dir: str) -> str:

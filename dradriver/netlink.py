@@ -49,6 +49,19 @@ class Link:
     address: str | None
     up: bool
     link_type: int  # ARPHRD_*: 1 Ethernet, 32 InfiniBand
+    min_mtu: int = 0  # the device's MTU limits as the kernel reports them (0: none)
+    max_mtu: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route of any table, reduced to what the address checks look at."""
+
+    dst: str  # network in CIDR form, e.g. 0.0.0.0/0 or 192.0.2.5/32
+    type: str  # unicast, local, broadcast, anycast, multicast, blackhole, ...
+    table: int
+    gateways: tuple[str, ...] = ()  # every next hop's gateway (multipath, via)
+    oif: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,12 @@ class Kernel(Protocol):
 
     def addresses(self, index: int) -> list[tuple[str, int]]:
         """(address, prefix length) of every global-scope address on one interface."""
+
+    def all_addresses(self) -> list[tuple[int, str, int]]:
+        """(interface index, address, prefix length) of every address, any scope."""
+
+    def routes(self) -> list[Route]:
+        """Every route of every table, both families."""
 
     def add_address(self, index: int, address: str, prefixlen: int) -> None:
         """Add a permanent, global-scope address."""
@@ -172,6 +191,22 @@ def addresses(index: int) -> list[tuple[str, int]]:
         return (_kernel or _backend()).addresses(index)
     except NetlinkError as exc:
         raise NetlinkError(f"list addresses of interface {index}", exc.errno) from None
+
+
+def all_addresses() -> list[tuple[int, str, int]]:
+    """(interface index, address, prefix length) of every address in the namespace."""
+    try:
+        return (_kernel or _backend()).all_addresses()
+    except NetlinkError as exc:
+        raise NetlinkError("list the node's addresses", exc.errno) from None
+
+
+def routes() -> list[Route]:
+    """Every route of every table in the namespace, both families."""
+    try:
+        return (_kernel or _backend()).routes()
+    except NetlinkError as exc:
+        raise NetlinkError("list the node's routes", exc.errno) from None
 
 
 def add_address(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from pyroute2.netlink import NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError as Pyroute2Error
 from pyroute2.netlink.rtnl import RTM_GETLINK
 
-from dradriver.netlink import Link, NetlinkError, VfSettings
+from dradriver.netlink import Link, NetlinkError, Route, VfSettings
 
 T = TypeVar("T")
 
@@ -30,6 +31,19 @@ T = TypeVar("T")
 RECYCLE_AFTER = 200
 _VF_UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
 # Our generic create() attribute names -> pyroute2's, per link kind.
+# rtm_type values (linux/rtnetlink.h) -> names.
+_ROUTE_TYPES = {
+    1: "unicast",
+    2: "local",
+    3: "broadcast",
+    4: "anycast",
+    5: "multicast",
+    6: "blackhole",
+    7: "unreachable",
+    8: "prohibit",
+    9: "throw",
+    10: "nat",
+}
 _CREATE_ATTRS = {
     "macvlan": {"mode": "macvlan_mode"},
     "ipvlan": {"mode": "ipvlan_mode"},
@@ -104,6 +118,19 @@ class Pyroute2Kernel:
         msgs = self._call(lambda ipr: ipr.get_addr(index=index))
         return [(m.get("address"), m["prefixlen"]) for m in msgs if m["scope"] == 0]
 
+    def all_addresses(self) -> list[tuple[int, str, int]]:
+        """Every address of every link, any scope (IFA_LOCAL: the local end of a
+        point-to-point address)."""
+        msgs = self._call(lambda ipr: ipr.get_addr())
+        return [
+            (m["index"], m.get("IFA_LOCAL") or m.get("IFA_ADDRESS"), m["prefixlen"]) for m in msgs
+        ]
+
+    def routes(self) -> list[Route]:
+        """Every route of every table, both families."""
+        msgs = self._call(lambda ipr: ipr.route("dump", family=socket.AF_UNSPEC))
+        return [_to_route(m) for m in msgs if m["family"] in (socket.AF_INET, socket.AF_INET6)]
+
     def add_address(self, index: int, address: str, prefixlen: int) -> None:
         """Add an address."""
         self._call(lambda ipr: ipr.addr("add", index=index, address=address, prefixlen=prefixlen))
@@ -158,4 +185,21 @@ def _to_link(msg: Any) -> Link:
         address=msg.get("address"),
         up=bool(msg["flags"] & 1),
         link_type=msg["ifi_type"],
+        min_mtu=msg.get("IFLA_MIN_MTU") or 0,
+        max_mtu=msg.get("IFLA_MAX_MTU") or 0,
+    )
+
+
+def _to_route(msg: Any) -> Route:
+    family = msg["family"]
+    default = "0.0.0.0" if family == socket.AF_INET else "::"
+    gateways = [msg.get("RTA_GATEWAY"), (msg.get("RTA_VIA") or {}).get("addr")]
+    for hop in msg.get("RTA_MULTIPATH") or []:
+        gateways += [hop.get("RTA_GATEWAY"), (hop.get("RTA_VIA") or {}).get("addr")]
+    return Route(
+        dst=f"{msg.get('RTA_DST') or default}/{msg['dst_len']}",
+        type=_ROUTE_TYPES.get(msg["type"], str(msg["type"])),
+        table=msg.get("RTA_TABLE") or msg["table"],
+        gateways=tuple(g for g in gateways if g),
+        oif=msg.get("RTA_OIF"),
     )

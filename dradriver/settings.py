@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dradriver import naming
+from dradriver import iprules, naming
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
 
@@ -36,6 +36,7 @@ class Settings:
     parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
     virtual_parents: tuple[str, ...] = field(default_factory=tuple)
     sriov_pfs: tuple[str, ...] = field(default_factory=tuple)
+    claim_address_ranges: tuple[str, ...] = field(default_factory=tuple)
     dev_root: Path = Path("/dev")
     log_level: str = "info"
 
@@ -91,6 +92,13 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "sriov_pfs",
         "",
         "comma-separated physical functions (globs) whose VFs are offered (default none)",
+    )
+    flag(
+        "--claim-address-ranges",
+        "claim_address_ranges",
+        "",
+        "comma-separated networks (CIDR) claims may take ipAddresses from (default none: "
+        "claims may not set addresses)",
     )
     flag("--dev-root", "dev_root", "/dev", "where device nodes live (RDMA character devices)")
     if not run:
@@ -148,6 +156,13 @@ def from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"--call-budget must be 0.1 to 300 seconds, got {args.call_budget}")
     if not naming.is_dns_subdomain(args.driver_name):
         raise SystemExit(f"--driver-name must be a DNS subdomain, got {args.driver_name!r}")
+    if not naming.is_dns_subdomain(args.node_name):
+        raise SystemExit(f"--node-name must be a Kubernetes node name, got {args.node_name!r}")
+    ranges = _split(args.claim_address_ranges)
+    try:
+        iprules.parse_ranges(ranges)
+    except ValueError as exc:
+        raise SystemExit(f"--claim-address-ranges: {exc}") from None
     values: dict[str, object] = {
         "node_name": args.node_name,
         "driver_name": args.driver_name,
@@ -156,6 +171,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         "parent_interfaces": _split(args.parent_interfaces),
         "virtual_parents": _split(args.virtual_parents),
         "sriov_pfs": _split(args.sriov_pfs),
+        "claim_address_ranges": ranges,
         "dev_root": Path(args.dev_root),
     }
     if hasattr(args, "cdi_dir"):

@@ -17,7 +17,7 @@ API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_ATTRIBUTE = 64
-_SHARE_RE = re.compile(r"^(?P<base>.+)-(?P<index>\d+)$")
+_SHARE_RE = re.compile(r"(?P<base>.+)-(?P<index>[0-9]+)")  # fullmatch
 
 
 def share_count(device: Device) -> int | None:
@@ -47,7 +47,7 @@ def single_allocation(devices: Iterable[Device]) -> list[Device]:
 def share_of(name: str, devices: Mapping[str, Device]) -> Device | None:
     """The published form of `<base>-<i>`, one single-allocation share of a shareable
     device in `devices` (by name), whichever way the node publishes it right now."""
-    match = _SHARE_RE.match(name)
+    match = _SHARE_RE.fullmatch(name)
     base = devices.get(match["base"]) if match else None
     count = share_count(base) if base else None
     if base is None or count is None or int(match["index"]) >= count:  # type: ignore[index]

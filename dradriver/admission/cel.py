@@ -14,13 +14,14 @@ the input.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from dradriver import patterns
+from dradriver import iprules, patterns
 
 CIDR_HINT = "must be an address with a prefix length, e.g. 10.0.0.2/24"
 IGNORED = {
@@ -208,7 +209,7 @@ class Translator:
             parts.append(f"{' && '.join(described)} ? [] : [{invalid} + {lit(reason)}]")
         fmt = schema.get("format")
         if fmt == "cidr":
-            parts.append(f"isCIDR({v}) ? [] : [{invalid} + {lit(CIDR_HINT)}]")
+            parts.append(_cidr(v, invalid))
         elif fmt is not None:
             self.warnings.append(f"{where}: format {fmt} is not checked")
         if "minLength" in schema:
@@ -305,3 +306,34 @@ class Translator:
             f"{lit(' fields; only these are known' + what + ': ' + ', '.join(known))}]"
         )
         return f"size({v}) > {len(known)} ? {too_many} : {concat([unknown, body])}"
+
+
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
+def _cidr(v: str, invalid: str) -> str:
+    """CEL for the `cidr` format: Kubernetes' isCIDR, then what dradriver.iprules' rule 1
+    says of the address (canonical spelling, never a special range, not the network
+    address of its prefix). Not the IPv4 broadcast address of its prefix: CEL has no
+    address arithmetic, so only the node refuses that one."""
+    c = f"cidr({v})"
+    # (isCIDR already refuses IPv4-mapped IPv6, and cidr() will not even parse that range)
+    specials = lit([str(net) for net, _ in iprules.NEVER if net != _MAPPED])
+    wide = f"({c}.ip().family() == 4 ? {c}.prefixLength() <= 30 : {c}.prefixLength() <= 126)"
+    checks = [
+        (f"string({c}) != {v}", "must be written in canonical form (lower-case, shortest)"),
+        (f"{c}.prefixLength() == 0", "a prefix length of 0 would make every address on-link"),
+        (
+            f"{specials}.exists(r, cidr(r).containsIP({c}.ip()))",
+            "is not a unicast host address (unspecified, loopback, link-local, multicast, "
+            "reserved or IPv4-mapped)",
+        ),
+        (
+            f"{wide} && {c}.masked().ip() == {c}.ip()",
+            "is the network (subnet-router) address of its own prefix",
+        ),
+    ]
+    body = "[]"
+    for cond, reason in reversed(checks):
+        body = f"{cond} ? [{invalid} + {lit(reason)}] : {body}"
+    return f"!isCIDR({v}) ? [{invalid} + {lit(CIDR_HINT)}] : ({body})"

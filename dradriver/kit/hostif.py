@@ -17,12 +17,12 @@ from typing import Any
 
 from dradriver import naming, netlink
 from dradriver.errors import DeviceError
-from dradriver.hookspecs import HandlerContext, NetworkData
-from dradriver.kit import sysfs
+from dradriver.hookspecs import DeviceRequest, HandlerContext, NetworkData
+from dradriver.kit import netconfig, sysfs
 from dradriver.kit.netconfig import NetConfig, configure
 
 PROC = Path("/proc")
-_KERNEL_FALLBACK_NAME = re.compile(r"^dev\d+$")
+_KERNEL_FALLBACK_NAME = re.compile(r"dev[0-9]+")
 
 
 def primary_interfaces() -> set[str]:
@@ -41,6 +41,23 @@ def refusal(context: HandlerContext, ifname: str, primary: set[str]) -> str | No
     if not sysfs.matches(ifname, context.parent_interfaces):
         return "it is not on the operator's allow-list (--parent-interfaces)"
     return None
+
+
+def checked(
+    req: DeviceRequest,
+    ifname: str,
+    config: Mapping[str, Any] | None = None,
+    path: str = netconfig.NETDEV_PATH,
+) -> NetConfig:
+    """The config for handing `ifname` to the pod, checked against the node and the
+    interface: its MTU limits; its own addresses go with it, so they are not the node's."""
+    link = netlink.find(ifname)
+    own = (link.index,) if link is not None else ()
+    cfg = netconfig.checked(req, config, path, own)
+    if link is not None:
+        netconfig.check_mtu(cfg, path, link)
+        netconfig.check_ipv6_mtu(cfg, path, cfg.mtu or link.mtu)
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,7 @@ def locate(undo: ClaimedInterface) -> netlink.Link | None:
         if link is not None and link.address in macs:
             return link
     for link in netlink.links():
-        if _KERNEL_FALLBACK_NAME.match(link.name) and link.address in macs:
+        if _KERNEL_FALLBACK_NAME.fullmatch(link.name) and link.address in macs:
             return link
     return None
 

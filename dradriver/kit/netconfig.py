@@ -14,16 +14,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from dradriver import naming, netlink
-from dradriver.errors import DeviceError
+from dradriver.errors import ConfigError, DeviceError
 from dradriver.hookspecs import DeviceRequest, NetworkData, Validated
+from dradriver.kit import hostaddr
 
 DEFAULT_INTERFACE_NAME = "eth1"
 # Schema patterns are plain regular expressions that Python and RE2 (CEL in the admission
-# policy) read alike: `$` is the end of the string, no lookaround.
-# Container interface names: 1-15 ASCII bytes, no '/', ':' or white space; not lo, ., ..
-INTERFACE_NAME_PATTERN = r"^[!-.0-9;-~]{1,15}$"
-RESERVED_INTERFACE_NAMES = ["lo", ".", ".."]
-ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"
+# policy) read alike: `$` is the end of the string, no lookaround (names a pattern cannot
+# exclude without lookaround are excluded with `not: {enum: ...}`).
+# An interface name as the kernel takes it (dev_valid_name): 1-15 bytes, no '/', ':' or
+# white space, not '.' or '..'; printable ASCII only; no '%' (the kernel reads "%d" as a
+# template and picks a number); not lo (the pod has one), all or default (sysctl names).
+INTERFACE_NAME_PATTERN = r"^[!-$&-.0-9;-~]{1,15}$"
+RESERVED_HOST_NAMES = ["all", "default", ".", ".."]
+RESERVED_INTERFACE_NAMES = ["lo", *RESERVED_HOST_NAMES]
+# A unicast Ethernet address the kernel accepts (is_valid_ether_addr): the group bit
+# (lowest bit of the first octet) clear, and not all zeros.
+ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f][02468AaCcEe](:[0-9A-Fa-f]{2}){5}$"
+ZERO_MAC = "00:00:00:00:00:00"
+# Canonical CIDR spelling (lower-case hex, decimal prefix length); the `cidr` format
+# (dradriver.iprules) checks the rest: a real address, and not of a special range.
+CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 
 COMMON_PROPERTIES: dict[str, Any] = {
@@ -34,24 +45,42 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "maxLength": 15,
         "not": {"enum": RESERVED_INTERFACE_NAMES},
         "default": DEFAULT_INTERFACE_NAME,
-        "description": "name inside the container: 1-15 ASCII bytes, no '/', ':' or "
-        "white space, not lo, . or ..",
+        "description": "name inside the container: 1-15 printable ASCII characters, no "
+        "'/', ':', '%' or space, not lo, all, default, . or ..",
     },
     "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
-    "macAddress": {"type": "string", "pattern": ETHERNET_MAC_PATTERN, "maxLength": 17},
+    "macAddress": {
+        "type": "string",
+        "pattern": ETHERNET_MAC_PATTERN,
+        "maxLength": 17,
+        "not": {"enum": [ZERO_MAC]},
+        "description": "a unicast Ethernet address aa:bb:cc:dd:ee:ff (the lowest bit of the "
+        "first octet clear; not all zeros)",
+    },
     "ipAddresses": {
         "type": "array",
-        "items": {"type": "string", "format": "cidr"},
+        "items": {
+            "type": "string",
+            "pattern": CIDR_PATTERN,
+            "format": "cidr",
+            "description": "an address with a decimal prefix length in canonical form, "
+            "e.g. 10.0.0.2/24 or fd00::2/64",
+        },
         "maxItems": MAX_IPS,
         "uniqueItems": True,
-        "description": "addresses in CIDR form, kept by the runtime when it moves the link",
+        "description": "unicast addresses in CIDR form, kept by the runtime when it moves the "
+        "link; the node allows only the operator's ranges (--claim-address-ranges)",
     },
 }
+IPV6_MIN_MTU = 1280  # below it the kernel turns IPv6 off on the link
+# An IPv6 address on a link whose MTU is set below 1280: the kernel refuses to add it.
 PARENT = {
     "type": "string",
-    "pattern": r"^[!-.0-9;-~]{1,15}$",
+    "pattern": INTERFACE_NAME_PATTERN,
     "maxLength": 15,
-    "description": "a host interface name (1-15 ASCII bytes, no '/', ':' or white space)",
+    "not": {"enum": RESERVED_HOST_NAMES},
+    "description": "a host interface name (1-15 printable ASCII characters, no '/', ':', "
+    "'%' or space; not all, default, . or ..)",
 }
 
 
@@ -61,12 +90,13 @@ def schema(
     """A kind's schema: the common fields (minus `drop`) plus `extra`, nothing else."""
     properties = {k: v for k, v in COMMON_PROPERTIES.items() if k not in drop}
     properties.update(extra)
-    return {
+    out: dict[str, Any] = {
         "type": "object",
         "properties": properties,
         "required": list(required),
         "additionalProperties": False,
     }
+    return out
 
 
 @dataclass(frozen=True)
@@ -95,6 +125,61 @@ class NetConfig:
     def network_data(self, mac: str | None) -> NetworkData:
         """networkData for the claim status."""
         return NetworkData(self.interface_name, tuple(str(i) for i in self.ips), mac)
+
+
+NETDEV_PATH = "$.netdev"  # where a netdev config's fields are (combo/roce: $.combo.netdev)
+
+
+def checked(
+    req: DeviceRequest,
+    config: Mapping[str, Any] | None = None,
+    path: str = NETDEV_PATH,
+    own: Sequence[int] = (),
+) -> NetConfig:
+    """`config` (default: the request's) parsed and checked against the node: addresses
+    in the operator's ranges, none twice, none the host uses (`own`: indexes of the links
+    the pod gets, whose current addresses are not the node's). Errors name `path`."""
+    cfg = NetConfig.parse(req.config if config is None else config)
+    if cfg.mtu is not None:  # (an MTU the link inherits is checked where it is known)
+        check_ipv6_mtu(cfg, path, cfg.mtu)
+    hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own)
+    return cfg
+
+
+def check_mtu(cfg: NetConfig, path: str, link: netlink.Link, parent: bool = False) -> None:
+    """Refuse an MTU the kernel would refuse: beyond the limits `link` reports, or above
+    its current MTU when it is the `parent` of a macvlan/ipvlan child."""
+    if cfg.mtu is None:
+        return
+    if parent and cfg.mtu > link.mtu:
+        raise ConfigError(
+            f"{cfg.mtu} is above the MTU {link.mtu} of the parent {link.name} (a child "
+            "cannot exceed its parent's)",
+            f"{path}.mtu",
+        )
+    low, high = link.min_mtu, link.max_mtu
+    if not parent and (cfg.mtu < low or (high and cfg.mtu > high)):
+        raise ConfigError(
+            f"{cfg.mtu} is outside what {link.name} supports ({low}-{high or 'unlimited'})",
+            f"{path}.mtu",
+        )
+
+
+def check_ipv6_mtu(cfg: NetConfig, path: str, mtu: int) -> None:
+    """Refuse IPv6 addresses when the link will have MTU `mtu` below 1280 (the config
+    leaves it to a parent or NIC whose MTU is that low): the kernel would refuse them."""
+    if mtu >= IPV6_MIN_MTU:
+        return
+    issues = [
+        (
+            f"{path}.ipAddresses[{i}]",
+            f"IPv6 needs an MTU of at least {IPV6_MIN_MTU}; the link's is {mtu}",
+        )
+        for i, ip in enumerate(cfg.ips)
+        if ip.version == 6
+    ]
+    if issues:
+        raise ConfigError.many(issues)
 
 
 @dataclass(frozen=True)

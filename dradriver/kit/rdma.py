@@ -20,7 +20,7 @@ from dradriver.hookspecs import DeviceRequest, HandlerContext
 from dradriver.kit import hostif, sysfs
 
 ENV_DEVICE = "DRA_RDMA_DEVICE"
-_STATE = re.compile(r"^\d+:\s*(\w+)$")
+_STATE = re.compile(r"[0-9]+:[ \t]*([A-Za-z0-9_]+)")  # fullmatch: "4: ACTIVE"
 
 # The `rdma` object of a config: type rdma, and combo/roce's RDMA half.
 SCHEMA: dict[str, Any] = {
@@ -54,7 +54,7 @@ class RdmaDevice:
 def read(fs: sysfs.Sysfs, ibdev: str) -> RdmaDevice:
     """Read one RDMA device (port 1 describes link layer, state and RoCE netdev)."""
     state = fs.read("class", "infiniband", ibdev, "ports", "1", "state") or ""
-    match = _STATE.match(state)
+    match = _STATE.fullmatch(state)
     verbs = _by_ibdev(fs, "infiniband_verbs", ibdev)
     return RdmaDevice(
         name=ibdev,

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_VIRTFN = re.compile(r"^virtfn(\d+)$")
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # fullmatch
+_VIRTFN = re.compile(r"virtfn([0-9]+)")  # fullmatch
 
 
 class Sysfs:
@@ -60,7 +60,7 @@ class Sysfs:
     def pci_address(self, ifname: str) -> str | None:
         """The PCI address behind an interface, None for virtual ones."""
         address = self.link_name("class", "net", ifname, "device")
-        return address if address and _PCI_ADDRESS.match(address) else None
+        return address if address and _PCI_ADDRESS.fullmatch(address) else None
 
     def numa_node(self, ifname: str) -> int | None:
         """The NUMA node of an interface's device, None if unknown (-1 or absent)."""
@@ -79,7 +79,7 @@ class Sysfs:
         """VF index -> VF PCI address of a physical function."""
         out = {}
         for entry in self.listdir("bus", "pci", "devices", pf_pci):
-            match = _VIRTFN.match(entry)
+            match = _VIRTFN.fullmatch(entry)
             target = self.link_name("bus", "pci", "devices", pf_pci, entry) if match else None
             if match and target:
                 out[int(match[1])] = target

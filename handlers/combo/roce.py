@@ -36,6 +36,7 @@ class RoceHandler:
         }
 
     def _parts(self, req: DeviceRequest) -> tuple[rdma.RdmaDevice, str, netconfig.NetConfig]:
+        """The RDMA device, its netdev and the netdev config, checked against the node."""
         dev = rdma.allocated(req)
         rdma.check_mode(req.config.get("rdma", {}), "$.combo.rdma")
         if dev.link_layer != "Ethernet" or not dev.netdev:
@@ -50,7 +51,8 @@ class RoceHandler:
             raise DeviceError(
                 f"netdev {dev.netdev} of RDMA device {dev.name} cannot be handed to a pod: {reason}"
             )
-        return dev, dev.netdev, netconfig.NetConfig.parse(req.config.get("netdev", {}))
+        cfg = hostif.checked(req, dev.netdev, req.config.get("netdev", {}), "$.combo.netdev")
+        return dev, dev.netdev, cfg
 
     def validate(self, req: DeviceRequest) -> Validated:
         """RoCE device, shared mode, netdev allowed, character devices present."""

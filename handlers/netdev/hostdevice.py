@@ -72,7 +72,7 @@ class HostDeviceHandler:
                 f"kind host-device needs a host interface device (nic-*), but the allocated "
                 f"device {req.device} is {device.kind if device else 'unknown'}; request the "
                 "network-devices class",
-                "$.kind",
+                f"{netconfig.NETDEV_PATH}.kind",
             )
         ifname = str(device.attributes["interfaceName"])
         wanted = req.config.get("hostDevice")
@@ -80,7 +80,7 @@ class HostDeviceHandler:
             raise ConfigError(
                 f"hostDevice {wanted} is not the allocated interface "
                 f"{ifname} (device {req.device})",
-                "$.hostDevice",
+                f"{netconfig.NETDEV_PATH}.hostDevice",
             )
         reason = hostif.refusal(req.context, ifname, hostif.primary_interfaces())
         if reason is not None:
@@ -88,9 +88,9 @@ class HostDeviceHandler:
         return ifname
 
     def validate(self, req: DeviceRequest) -> Validated:
-        """Allocated device is an allowed host interface; config names no other one."""
-        self._ifname(req)
-        return netconfig.NetConfig.parse(req.config).validated()
+        """Allocated device is an allowed host interface; config names no other one;
+        MTU and addresses fit the interface and the node."""
+        return hostif.checked(req, self._ifname(req)).validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Journal the interface's state, set it down, apply MTU/MAC/addresses."""

@@ -45,7 +45,7 @@ class IpoibHandler(VirtualLinkHandler):
             raise ConfigError(
                 f"parent {parent.name} is not an IPoIB interface (link type "
                 f"{parent.link_type}, not InfiniBand {netlink.ARPHRD_INFINIBAND})",
-                "$.parent",
+                f"{netconfig.NETDEV_PATH}.parent",
             )
 
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:

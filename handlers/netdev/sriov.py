@@ -137,19 +137,19 @@ class SriovVfHandler:
             raise ConfigError(
                 f"kind sriov-vf needs an SR-IOV VF device, but the allocated "
                 f"device {req.device} is {device.kind if device else 'unknown'}",
-                "$.kind",
+                f"{netconfig.NETDEV_PATH}.kind",
             )
         pf, index = str(device.attributes["pfName"]), int(str(device.attributes["vfIndex"]))
         if req.config.get("parent", pf) != pf:
             raise ConfigError(
                 f"parent {req.config['parent']} is not the PF {pf} of the "
                 f"allocated VF {req.device}",
-                "$.parent",
+                f"{netconfig.NETDEV_PATH}.parent",
             )
         if req.config.get("vfIndex", index) != index:
             raise ConfigError(
                 f"vfIndex {req.config['vfIndex']} is not the allocated VF {index} of {pf}",
-                "$.vfIndex",
+                f"{netconfig.NETDEV_PATH}.vfIndex",
             )
         if not sysfs.matches(pf, req.context.sriov_pfs):
             raise DeviceError(f"PF {pf} is not on the operator's list (--sriov-pfs)")
@@ -161,9 +161,10 @@ class SriovVfHandler:
         return pf, index, netdevs[0]
 
     def validate(self, req: DeviceRequest) -> Validated:
-        """The allocated VF exists and the config does not name another one."""
-        self._vf(req)
-        return netconfig.NetConfig.parse(req.config).validated()
+        """The allocated VF exists, the config names no other one, and its MTU and
+        addresses fit the VF's netdev and the node."""
+        _, _, ifname = self._vf(req)
+        return hostif.checked(req, ifname).validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Journal VF and netdev state, apply VF settings through the PF, claim the netdev."""

@@ -28,7 +28,9 @@ class VethHandler(VirtualLinkHandler):
         if "bridge" in req.config:
             link = require_allowed_parent(req, req.config["bridge"], "bridge")
             if link.kind != "bridge":
-                raise ConfigError(f"interface {link.name} is not a bridge", "$.bridge")
+                raise ConfigError(
+                    f"interface {link.name} is not a bridge", f"{netconfig.NETDEV_PATH}.bridge"
+                )
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Create the pair, tag both ends, configure the container end, attach the host end."""

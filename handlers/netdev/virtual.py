@@ -40,7 +40,7 @@ def require_virtual_device(req: DeviceRequest) -> None:
         raise ConfigError(
             f"kind {req.kind} creates a virtual interface, but the allocated device "
             f"{req.device} is not the virtual device; request the virtual-network class",
-            "$.kind",
+            f"{netconfig.NETDEV_PATH}.kind",
         )
 
 
@@ -51,11 +51,13 @@ def require_allowed_parent(req: DeviceRequest, parent: str, field: str = "parent
         raise ConfigError(
             f"{parent} is not on the operator's list of parent interfaces "
             f"(--virtual-parents: {','.join(allowed) or 'empty'})",
-            f"$.{field}",
+            f"{netconfig.NETDEV_PATH}.{field}",
         )
     link = netlink.find(parent)
     if link is None:
-        raise ConfigError(f"interface {parent} does not exist on this node", f"$.{field}")
+        raise ConfigError(
+            f"interface {parent} does not exist on this node", f"{netconfig.NETDEV_PATH}.{field}"
+        )
     return link
 
 
@@ -80,10 +82,10 @@ class VirtualLinkHandler:
         """Kind-specific validation beyond the schema (parents...)."""
 
     def validate(self, req: DeviceRequest) -> Validated:
-        """Virtual device allocated, kind-specific checks; no kernel change."""
+        """Virtual device allocated, kind-specific checks, addresses; no kernel change."""
         require_virtual_device(req)
         self.check(req)
-        return netconfig.NetConfig.parse(req.config).validated()
+        return netconfig.checked(req).validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Create, tag and configure the link; delete it again if any step fails."""
@@ -130,8 +132,11 @@ class ParentedLinkHandler(VirtualLinkHandler):
         )
 
     def check(self, req: DeviceRequest) -> None:
-        """The parent must be allowed and exist."""
-        require_allowed_parent(req, req.config["parent"])
+        """The parent must be allowed and exist, and the MTU not above the parent's."""
+        parent = require_allowed_parent(req, req.config["parent"])
+        cfg = netconfig.NetConfig.parse(req.config)
+        netconfig.check_mtu(cfg, netconfig.NETDEV_PATH, parent, parent=True)
+        netconfig.check_ipv6_mtu(cfg, netconfig.NETDEV_PATH, cfg.mtu or parent.mtu)
 
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
         """The link on the parent's index, in the configured mode."""

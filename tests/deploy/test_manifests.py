@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
+import ipaddress
 import re
 
 import kubernetes_validate
@@ -271,6 +272,24 @@ def test_macvlan_example_parents_are_allowed_by_the_daemonset():
     assert parents, "the examples have a macvlan"
     for parent in parents:
         assert any(fnmatch.fnmatchcase(parent, p) for p in allowed), parent
+
+
+def test_example_addresses_are_in_the_daemonsets_claim_address_ranges():
+    ranges = [
+        ipaddress.ip_network(r.strip())
+        for r in (env_value("DRA_CLAIM_ADDRESS_RANGES") or "").split(",")
+        if r.strip()
+    ]
+    addresses = []
+    for template in objects("ResourceClaimTemplate"):
+        for config in template["spec"]["spec"]["devices"].get("config") or []:
+            params = config["opaque"]["parameters"]
+            for part in (params.get("netdev"), (params.get("combo") or {}).get("netdev")):
+                addresses += (part or {}).get("ipAddresses") or []
+    assert addresses, "the examples set addresses"
+    for address in addresses:
+        ip = ipaddress.ip_interface(address).ip
+        assert any(ip.version == r.version and ip in r for r in ranges), address
 
 
 def test_daemonset_liveness_probe_is_grpc_on_the_healthcheck_port():

@@ -74,6 +74,17 @@ def config_probes() -> dict[str, dict[str, Any]]:
     return probes
 
 
+def daemonset_env(name: str) -> str | None:
+    """The value of environment variable `name` of the driver container in deploy/driver.yaml."""
+    for doc in load_documents(DEPLOY / "driver.yaml"):
+        if doc["kind"] == "DaemonSet":
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                for env in container.get("env") or []:
+                    if env["name"] == name:
+                        return env.get("value")
+    return None
+
+
 def example_objects(path: Path, namespace: str) -> list[dict[str, Any]]:
     """The objects of an example manifest, moved into `namespace` (nothing else changed)."""
     docs = copy.deepcopy(load_documents(path))

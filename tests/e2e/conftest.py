@@ -29,7 +29,7 @@ from tests.support import netns
 from tests.support.driverproc import DriverProcess
 from tests.support.runtime import links_in
 
-from .cluster import Cluster
+from .cluster import Cluster, daemonset_env
 from .controlplane import ControlPlane, default_bin_dir, missing_binaries
 from .forward import Forwarder
 from .specs import dns_label
@@ -109,8 +109,17 @@ class Node:
         self.pod_namespaces: list[str] = []
 
     def start_driver(self, *args: str, wait: bool = True) -> DriverProcess:
-        """`dra-driver run` in the node's namespace with the driver's own token."""
-        d = DriverProcess(self.root, self.ns, self.kubeconfig, node=self.name, args=args)
+        """`dra-driver run` in the node's namespace with the driver's own token, and the
+        claim address ranges deploy/driver.yaml gives the DaemonSet."""
+        ranges = daemonset_env("DRA_CLAIM_ADDRESS_RANGES") or ""
+        d = DriverProcess(
+            self.root,
+            self.ns,
+            self.kubeconfig,
+            node=self.name,
+            args=args,
+            env={"DRA_CLAIM_ADDRESS_RANGES": ranges},
+        )
         self.drivers.append(d)
         return d.start(wait=wait)
 

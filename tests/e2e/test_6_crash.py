@@ -90,7 +90,7 @@ def test_sigkill_between_prepare_and_unprepare(cluster: Cluster, node: Node, kns
     wait_for("the driver's slice", cluster.slices)
     template = veth_template(kns)
     netdev = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["netdev"]
-    netdev["ipAddresses"] = ["10.20.0.2/24"]
+    netdev["ipAddresses"] = ["198.51.100.20/24"]
     cluster.apply(template)
     cluster.apply(claim_pod(kns, "app"))
     pod = cluster.wait_bound(kns, "app")
@@ -114,7 +114,7 @@ def test_sigkill_between_prepare_and_unprepare(cluster: Cluster, node: Node, kns
         assert fact in loaded.split(), loaded
     # Nothing collected, nothing recreated: the pod keeps its interface.
     assert node.links() == links
-    assert seen_in(pod_ns, "net1").addresses == ["10.20.0.2/24"]
+    assert seen_in(pod_ns, "net1").addresses == ["198.51.100.20/24"]
     assert spec_files(d) == specs and record(d, uid) == saved
     # The kubelet repeats the prepare (it does after a plugin restart): same answer.
     assert d.prepare([claim]) == first

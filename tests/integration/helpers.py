@@ -11,6 +11,9 @@ from tests.support.cdischema import problems
 from tests.support.fakeapi import allocated_claim, opaque
 from tests.support.runtime import links_in
 
+# The documentation ranges, allowed for claims' addresses (--claim-address-ranges).
+DOC_RANGES = "192.0.2.0/24,198.51.100.0/24,203.0.113.0/24,2001:db8::/32"
+
 
 def veth_claim(
     name: str = "c1",

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from dradriver import naming
-from tests.integration.helpers import answer, nothing_left, specs, veth_claim
+from tests.integration.helpers import DOC_RANGES, answer, nothing_left, specs, veth_claim
 from tests.support import netns
 from tests.support.fakeapi import allocated_claim, opaque
 from tests.support.runtime import links_in
@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 def test_prepare_then_unprepare_a_veth_claim(api, start_driver, ns, version):
     fake, _ = api
-    claim = veth_claim(extra={"ipAddresses": ["10.9.0.2/24"], "mtu": 1400})
+    claim = veth_claim(extra={"ipAddresses": ["198.51.100.2/24"], "mtu": 1400})
     fake.add_claim(claim)
-    d = start_driver()
+    d = start_driver("--claim-address-ranges", DOC_RANGES)
     uid = claim["metadata"]["uid"]
     share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
 
@@ -67,9 +67,9 @@ def test_prepare_is_idempotent_without_touching_kernel_or_api(api, start_driver,
 
 def test_status_devices_carry_ready_and_network_data(api, start_driver):
     fake, _ = api
-    claim = veth_claim(extra={"ipAddresses": ["10.9.0.2/24", "fd00::2/64"]})
+    claim = veth_claim(extra={"ipAddresses": ["198.51.100.2/24", "2001:db8::2/64"]})
     fake.add_claim(claim)
-    d = start_driver()
+    d = start_driver("--claim-address-ranges", DOC_RANGES)
     assert answer(d.prepare([claim]), claim).error == ""
     wait_for(
         "status.devices",
@@ -87,7 +87,7 @@ def test_status_devices_carry_ready_and_network_data(api, start_driver):
     )
     assert entry["conditions"][0]["type"] == "Ready" and entry["conditions"][0]["status"] == "True"
     nd = entry["networkData"]
-    assert nd["interfaceName"] == "net1" and nd["ips"] == ["10.9.0.2/24", "fd00::2/64"]
+    assert nd["interfaceName"] == "net1" and nd["ips"] == ["198.51.100.2/24", "2001:db8::2/64"]
     assert len(nd["hardwareAddress"]) == 17
     d.unprepare([claim])
 
@@ -127,36 +127,36 @@ def test_batch_with_one_bad_claim(api, start_driver, ns):
 
 def test_failure_half_way_undoes_the_claims_earlier_devices(api, start_driver, ns):
     fake, _ = api
+    uid = str(uuid.uuid4())
     claim = allocated_claim(
         "two",
         [
             {"request": "a", "pool": "node-a", "device": "netdev-virtual", "shareID": "s1"},
             {"request": "b", "pool": "node-a", "device": "netdev-virtual", "shareID": "s2"},
         ],
+        uid=uid,
         config=[
             opaque(
                 {"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "net1"}},
                 requests=["a"],
             ),
-            # A multicast MAC passes the schema but the kernel refuses it at prepare.
             opaque(
-                {
-                    "type": "netdev",
-                    "netdev": {
-                        "kind": "veth",
-                        "interfaceName": "net2",
-                        "macAddress": "01:00:5e:00:00:01",
-                    },
-                },
+                {"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "net2"}},
                 requests=["b"],
             ),
         ],
     )
     fake.add_claim(claim)
+    # Both devices validate; at prepare, b's host name is held by someone else's link,
+    # which the driver must not touch: b fails after a was created.
+    taken = naming.host_ifname(uid, naming.device_key("b", "netdev-virtual", "s2"))
+    netns.ip(ns, "link", "add", taken, "type", "veth", "peer", "name", "other0")
+    netns.ip(ns, "link", "set", taken, "alias", "someone else")
     d = start_driver()
     err = answer(d.prepare([claim]), claim).error
-    assert "request b" in err and "configure" in err
-    nothing_left(ns, d)
+    assert "request b" in err and "belongs to someone else" in err, err
+    assert sorted(ln["name"] for ln in links_in(ns)) == sorted([taken, "other0"])
+    assert list(d.cdi.glob("*.json")) == [] and list(d.state.glob("*")) == []
 
 
 def test_unprepare_of_unknown_claim_succeeds(start_driver):

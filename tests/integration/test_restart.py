@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from dradriver import naming
-from tests.integration.helpers import answer, nothing_left, veth_claim
+from tests.integration.helpers import DOC_RANGES, answer, nothing_left, veth_claim
 from tests.support import netns
 from tests.support.runtime import links_in
 from tests.support.waiting import wait_for
@@ -78,13 +78,13 @@ def test_foreign_interfaces_survive_start(api, start_driver, ns):
 
 def test_sigkill_between_prepare_and_unprepare(api, start_driver, ns):
     fake, _ = api
-    claim = veth_claim(extra={"ipAddresses": ["10.1.0.2/24"]})
+    claim = veth_claim(extra={"ipAddresses": ["198.51.100.2/24"]})
     fake.add_claim(claim)
-    d = start_driver()
+    d = start_driver("--claim-address-ranges", DOC_RANGES)
     first = answer(d.prepare([claim]), claim)
     links = netns.ip(ns, "-o", "link")
     d.kill()
-    d = start_driver()
+    d = start_driver("--claim-address-ranges", DOC_RANGES)
     assert answer(d.prepare([claim]), claim) == first
     assert netns.ip(ns, "-o", "link") == links  # nothing recreated, nothing collected
     assert answer(d.unprepare([claim]), claim).error == ""

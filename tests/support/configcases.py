@@ -246,7 +246,7 @@ def _good() -> Iterator[Case]:
     yield Case("type alone", ({"type": "netdev"},))
     yield Case("fragment without type", ({"netdev": {"mtu": 1400}},))
     yield Case("kind-less mode of some kind", (nd(mode="vepa"),))
-    for cidr in ("0.0.0.0/0", "::/0", "10.0.0.1/32", "fd00::1/128", "::1.2.3.4/96", "FD00::A/64"):
+    for cidr in ("10.0.0.1/32", "fd00::1/128", "10.0.0.1/31", "fd00::a/64"):
         yield Case(f"cidr {cidr}", (nd(ipAddresses=[cidr]),))
     for mtu in (68, 65535):
         yield Case(f"mtu {mtu}", (nd(kind="dummy", mtu=mtu),))

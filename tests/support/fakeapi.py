@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from dradriver.kubeapi import ApiError
 from tests.support import netns
 
 RES = "/apis/resource.k8s.io/v1"
@@ -81,6 +82,20 @@ class FakeApi:
     def claim(self, namespace: str, name: str) -> dict[str, Any]:
         with self.lock:
             return copy.deepcopy(self.claims[(namespace, name)])
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET a claim in-process, as the driver's API client does (Preparer's
+        ClaimSource): the stand-in's answer, its errors as the client's ApiError."""
+        path = f"{RES}/namespaces/{namespace}/resourceclaims/{name}"
+        code, body = self.handle("GET", path, {}, None)
+        if code >= 400:
+            raise ApiError(code, body["reason"], body["message"])
+        try:  # through JSON, as over the wire
+            return dict(json.loads(json.dumps(body)))
+        except RecursionError:  # what the real client says of JSON nested too deeply
+            raise ApiError(
+                code, "BadResponse", f"JSON from {path} is nested too deeply to read"
+            ) from None
 
     # -- server -------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """An in-memory kernel behind dradriver.netlink, for testing the state machine without root.
 
-It keeps what the driver looks at (links with name, kind, alias, MTU, MAC, state,
-addresses; veth peers; VF settings) and answers with the errno the real kernel gives
-for the same request (EEXIST, ENODEV, EINVAL, EADDRNOTAVAIL). A `Steps` controller
+It keeps what the driver looks at (links with name, kind, alias, MTU and its limits,
+MAC, state, addresses; veth peers; VF settings; routes, with the local routes the real
+kernel derives from addresses) and answers with the errno the real kernel gives for the
+same request (EEXIST, ENODEV, EINVAL, EADDRNOTAVAIL). A `Steps` controller
 counts every request (and every file write it is told about) so a test can make the
 n-th one fail, or "crash" there: the kernel state and the files as they were just
 before that step are kept as an `Image`, and a BaseException unwinds. The code's own
@@ -14,13 +15,16 @@ from __future__ import annotations
 
 import copy
 import errno
+import ipaddress
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dradriver.netlink import Link, NetlinkError, VfSettings
+from dradriver.netlink import Link, NetlinkError, Route, VfSettings
+
+_LOCAL_TABLE, _MAIN_TABLE = 255, 254
 
 
 class Crash(BaseException):
@@ -41,6 +45,8 @@ class FakeLink:
     parent: int | None = None
     master: int | None = None
     addresses: set[tuple[str, int]] = field(default_factory=set)
+    min_mtu: int = 68
+    max_mtu: int = 65535
 
     def view(self) -> Link:
         return Link(
@@ -52,6 +58,8 @@ class FakeLink:
             self.address,
             self.up,
             self.link_type,
+            self.min_mtu,
+            self.max_mtu,
         )
 
 
@@ -113,6 +121,7 @@ class FakeKernel:
     def __init__(self, steps: Steps | None = None) -> None:
         self.table: dict[str, FakeLink] = {}
         self.vfs: dict[tuple[int, int], VfSettings] = {}
+        self.static_routes: list[Route] = []  # what `ip route add` would have made
         self._index = itertools.count(2)
         self._mac = itertools.count(1)
         self.steps = steps or Steps()
@@ -132,6 +141,27 @@ class FakeKernel:
 
     def names(self) -> set[str]:
         return set(self.table)
+
+    def route_get(self, address: str) -> str:
+        """What `ip route get` answers, reduced: "local" or "via <gw> oif <i>" or
+        "oif <i>" (the local table first, then the longest match of the main table)."""
+        ip = ipaddress.ip_address(address)
+        for table in (_LOCAL_TABLE, _MAIN_TABLE):
+            matches = [
+                (ipaddress.ip_network(r.dst).prefixlen, r)
+                for r in self.routes()
+                if r.table == table
+                and r.type in ("local", "unicast")
+                and ipaddress.ip_network(r.dst).version == ip.version
+                and ip in ipaddress.ip_network(r.dst)
+            ]
+            if matches:
+                route = max(matches, key=lambda m: m[0])[1]
+                if route.type == "local":
+                    return "local"
+                via = f"via {route.gateways[0]} " if route.gateways else ""
+                return f"{via}oif {route.oif}"
+        return "unreachable"
 
     # -- the Kernel protocol ----------------------------------------------------------
 
@@ -158,8 +188,7 @@ class FakeKernel:
         peer = attrs.get("peer")
         if name in self.table or (peer and peer in self.table):
             raise NetlinkError("exists", errno.EEXIST)
-        if len(name.encode()) > 15 or "%" in name:
-            raise NetlinkError("bad name", errno.EINVAL)
+        _check_name(name)
         parent = attrs.get("link")
         if parent is not None:
             self._by_index(parent)
@@ -170,9 +199,16 @@ class FakeKernel:
     def set(self, index: int, attrs: Mapping[str, Any]) -> None:
         self.steps.tick(f"set {index} {sorted(attrs)}")
         link = self._by_index(index)
-        if "mtu" in attrs and not 68 <= attrs["mtu"] <= 65535:
-            raise NetlinkError("mtu", errno.EINVAL)
+        if "mtu" in attrs:
+            limit = link.max_mtu
+            if link.parent is not None and link.kind in ("macvlan", "ipvlan"):
+                limit = min(limit, self._by_index(link.parent).mtu)  # as the kernel checks
+            if not link.min_mtu <= attrs["mtu"] <= limit:
+                raise NetlinkError("mtu", errno.EINVAL)
+        if "address" in attrs and not _unicast_mac(attrs["address"]):
+            raise NetlinkError("mac", errno.EADDRNOTAVAIL)
         if "ifname" in attrs:
+            _check_name(attrs["ifname"])
             if attrs["ifname"] in self.table:
                 raise NetlinkError("exists", errno.EEXIST)
             del self.table[link.name]
@@ -196,9 +232,35 @@ class FakeKernel:
     def addresses(self, index: int) -> list[tuple[str, int]]:
         return sorted(self._by_index(index).addresses)
 
+    def all_addresses(self) -> list[tuple[int, str, int]]:
+        return sorted((ln.index, a, p) for ln in self.table.values() for a, p in ln.addresses)
+
+    def routes(self) -> list[Route]:
+        """The static routes whose interface exists, and the routes the kernel derives from
+        addresses: a local route per address (for IPv4 even on a down link, for IPv6
+        only once the link is up: until then the address is tentative) and, on an up
+        link, one for the address's prefix and (IPv4) one for its broadcast address."""
+        indexes = {ln.index for ln in self.table.values()}
+        out = [r for r in self.static_routes if r.oif is None or r.oif in indexes]
+        for link in self.table.values():
+            for address, prefixlen in sorted(link.addresses):
+                if ":" in address and not link.up:
+                    continue
+                host = 128 if ":" in address else 32
+                out.append(Route(f"{address}/{host}", "local", _LOCAL_TABLE, (), link.index))
+                if link.up:
+                    prefix = ipaddress.ip_interface(f"{address}/{prefixlen}").network
+                    out.append(Route(str(prefix), "unicast", _MAIN_TABLE, (), link.index))
+                    if prefix.version == 4 and prefix.prefixlen <= 30:
+                        broadcast = f"{prefix.broadcast_address}/32"
+                        out.append(Route(broadcast, "broadcast", _LOCAL_TABLE, (), link.index))
+        return out
+
     def add_address(self, index: int, address: str, prefixlen: int) -> None:
         self.steps.tick(f"add address {address}/{prefixlen} to {index}")
         link = self._by_index(index)
+        if ":" in address and link.mtu < 1280:  # the kernel turns IPv6 off below 1280
+            raise NetlinkError("ipv6 off", errno.EINVAL)
         if (address, prefixlen) in link.addresses:
             raise NetlinkError("exists", errno.EEXIST)
         link.addresses.add((address, prefixlen))
@@ -221,6 +283,24 @@ class FakeKernel:
 
     def close(self) -> None:
         pass
+
+
+def _check_name(name: str) -> None:
+    """The kernel's dev_valid_name (plus its refusal of all and default, and of a '%'
+    template, which it would expand to a number)."""
+    if (
+        not 0 < len(name.encode()) <= 15
+        or name in (".", "..", "all", "default")
+        or any(c in name for c in "/:%")
+        or any(c.isspace() for c in name)
+    ):
+        raise NetlinkError("bad name", errno.EINVAL)
+
+
+def _unicast_mac(mac: str) -> bool:
+    """The kernel's is_valid_ether_addr: not a group address, not all zeros."""
+    octets = bytes.fromhex(mac.replace(":", ""))
+    return not octets[0] & 1 and any(octets)
 
 
 def counting(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -31,8 +31,20 @@ def virtual_device(name: str = VIRTUAL_DEVICE) -> Device:
     return Device(name, {"type": "netdev", "kind": VIRTUAL_KIND})
 
 
+# The ranges handler tests may give claims addresses from (--claim-address-ranges).
+TEST_ADDRESS_RANGES = (
+    "10.0.0.0/8",
+    "fd00::/8",
+    "192.0.2.0/24",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "2001:db8::/32",
+)
+
+
 def context(**kw: Any) -> HandlerContext:
     kw.setdefault("sysfs_root", Path("/sys"))
+    kw.setdefault("claim_address_ranges", TEST_ADDRESS_RANGES)
     return HandlerContext(driver_name="dra.example.com", node_name="node-a", **kw)
 
 

@@ -10,9 +10,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Each group may import itself and the groups listed for it.
 LAYERS: dict[str, set[str]] = {
-    "foundation": {"errors", "log", "naming", "atomicfile", "metrics", "hookspecs", "patterns"},
+    "foundation": {
+        "errors",
+        "log",
+        "naming",
+        "iprules",
+        "atomicfile",
+        "metrics",
+        "hookspecs",
+        "patterns",
+    },
     "effects": {"netlink", "rtnl", "kubeconfig", "kubeapi", "kit.sysfs"},
-    "kit": {"kit", "kit.netconfig", "kit.hostif", "kit.rdma"},
+    "kit": {"kit", "kit.netconfig", "kit.hostaddr", "kit.hostif", "kit.rdma"},
     "core": {
         "registry",
         "config",

@@ -72,3 +72,20 @@ def test_claim_uid_validation_rejects_path_tricks():
     assert naming.is_claim_uid(UID)
     for bad in ("../../etc/passwd", UID.upper(), UID + "/x", "", "a" * 36):
         assert not naming.is_claim_uid(bad)
+
+
+def test_whole_string_checks_refuse_a_trailing_newline():
+    assert not naming.is_claim_uid(UID + "\n")
+    assert not naming.is_dns_label("default\n") and not naming.is_dns_subdomain("node-a\n")
+    name = naming.host_ifname(UID, "k")
+    assert naming.is_host_ifname(name) and not naming.is_host_ifname(name + "\n")
+    alias = naming.ifalias("0123456789ab", UID, "nic/netdev-virtual")
+    assert naming.parse_ifalias(alias) is not None and naming.parse_ifalias(alias + "\n") is None
+
+
+def test_kubernetes_names_refuse_path_tricks():
+    for bad in ("..", ".", "a/b", "a%2Fb", "A", "-a", "a" * 64, "", "a b"):
+        assert not naming.is_dns_label(bad), bad
+    for bad in ("..", "a/b", "a..b", ".a", "a" * 254):
+        assert not naming.is_dns_subdomain(bad), bad
+    assert naming.is_dns_subdomain("claim-1.x") and naming.is_dns_label("default")

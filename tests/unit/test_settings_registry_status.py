@@ -151,6 +151,8 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = b"<html>bad gateway</html>" if "bad" in self.path else b"not json"
+            if "deep" in self.path:  # valid JSON, deeper than Python's decoder goes
+                body = b'{"spec": ' + b"[" * 5000 + b"]" * 5000 + b"}"
             self.send_response(502 if "bad" in self.path else 200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -168,6 +170,43 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
             api.get_node("bad")
         with pytest.raises(ApiError, match="not JSON"):
             api.get_node("good")
+        with pytest.raises(ApiError, match="nested too deeply"):
+            api.get_node("deep")
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_claim_address_ranges_from_flag_or_environment_and_checked(monkeypatch):
+    env = {"DRA_CLAIM_ADDRESS_RANGES": "192.0.2.0/24, 2001:db8::/32"}
+    s = _parse(["--node-name", "n"], env, monkeypatch)
+    assert s.claim_address_ranges == ("192.0.2.0/24", "2001:db8::/32")
+    assert _parse(["--node-name", "n"], {}, monkeypatch).claim_address_ranges == (
+        "192.0.2.0/24",
+        "2001:db8::/32",
+    )
+    monkeypatch.delenv("DRA_CLAIM_ADDRESS_RANGES")
+    assert _parse(["--node-name", "n"], {}, monkeypatch).claim_address_ranges == ()
+    with pytest.raises(SystemExit, match=r"did you mean 192\.0\.2\.0/24"):
+        _parse(["--node-name", "n", "--claim-address-ranges", "192.0.2.1/24"], {}, monkeypatch)
+    with pytest.raises(SystemExit, match="--claim-address-ranges: 'eth0'"):
+        _parse(["--node-name", "n", "--claim-address-ranges", "eth0"], {}, monkeypatch)
+    with pytest.raises(SystemExit, match="--node-name must be a Kubernetes node name"):
+        _parse(["--node-name", "../n"], {}, monkeypatch)
+
+
+def test_claim_names_are_checked_and_escaped_before_any_request():
+    from dradriver.daemon import context_of
+    from dradriver.kubeapi import ApiError, KubeApi, segment
+    from dradriver.kubeconfig import ApiConfig
+
+    api = KubeApi(config=ApiConfig("http://127.0.0.1:9"))  # nothing listens: no request made
+    for namespace, name in (("..", "c"), ("default", ".."), ("default", "a/b"), ("a/b", "c")):
+        with pytest.raises(ApiError, match="is not a Kubernetes") as err:
+            api.get_claim(namespace, name)
+        assert err.value.reason == "Invalid"
+    assert segment("a/b?c#d%") == "a%2Fb%3Fc%23d%25"
+    # The API server's address, when the URL holds one, is protected from claims.
+    ctx = context_of(Settings(node_name="n"), "https://[fd00::1]:6443")
+    assert [a for a, _ in ctx.protected_addresses] == ["fd00::1"]
+    assert context_of(Settings(node_name="n"), "https://api.example.com").protected_addresses == ()

@@ -24,6 +24,7 @@ from dradriver.config import ConfigSchema
 from dradriver.hookspecs import ClaimRef
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import ApiError
+from dradriver.netlink import Route
 from dradriver.prepare import Outcome, Preparer
 from dradriver.records import PREPARED, RecordStore
 from dradriver.registry import HandlerRegistry
@@ -71,10 +72,17 @@ class Node:
     def state_dir(self) -> Path:
         return self.root / "state"
 
-    def preparer(self) -> Preparer:
-        """A Preparer as `dra-driver run` wires one (a new one is a restarted driver)."""
+    def preparer(self, **settings: Any) -> Preparer:
+        """A Preparer as `dra-driver run` wires one (a new one is a restarted driver);
+        `settings` override the node's context."""
         ctx = context(
-            sysfs_root=self.root / "sys", parent_interfaces=("ens1",), virtual_parents=("ens2",)
+            **{
+                "sysfs_root": self.root / "sys",
+                "parent_interfaces": ("ens1",),
+                "virtual_parents": ("ens2",),
+                "claim_address_ranges": ("198.51.100.0/24", "2001:db8::/32"),
+                **settings,
+            }
         )
         return Preparer(
             context=ctx,
@@ -117,6 +125,7 @@ def node(tmp_path, monkeypatch) -> Iterator[Node]:
     kernel = FakeKernel(steps)
     nic = kernel.add("ens1", address=NIC_MAC, up=True)
     nic.addresses.add(("192.0.2.5", 24))
+    kernel.static_routes.append(Route("0.0.0.0/0", "unicast", 254, ("192.0.2.254",), nic.index))
     kernel.add("ens2", up=True)  # the macvlan parent
     fs = FakeSys(tmp_path / "sys")
     fs.nic("ens1", "0000:3b:00.0", mac=NIC_MAC)
@@ -406,3 +415,23 @@ def test_a_repeated_prepare_after_the_runtime_moved_the_interface_touches_nothin
     assert node.steps.count == steps and inner not in node.kernel.table
     node.kernel.table[inner] = moved
     assert preparer.unprepare([_ref()])[UID].error is None
+
+
+def test_a_claim_cannot_take_the_nodes_gateway(node):
+    """Issue 13: a claim's addresses are added on the host before the move, and the
+    kernel makes an IPv4 one local at once; the node's gateway must stay as it was,
+    even when the operator's ranges include it."""
+    before, route = node.links(), node.kernel.route_get("192.0.2.254")
+    netdev = {"kind": "veth", "ipAddresses": ["198.51.100.7/24", "192.0.2.254/32"]}
+    node.api.fake.add_claim(
+        _claim(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    ranges = ("192.0.2.0/24", "198.51.100.0/24")
+    outcome = _prepare(node.preparer(claim_address_ranges=ranges))
+    assert outcome.error is not None
+    assert outcome.error.startswith(f"claim default/c ({UID}): request nic: config ")
+    assert (
+        "$.netdev.ipAddresses[1]: 192.0.2.254 is the gateway of this node's route" in outcome.error
+    )
+    assert node.kernel.route_get("192.0.2.254") == route == "oif 2"
+    assert node.links() == before and node.files() == []
