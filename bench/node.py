@@ -12,6 +12,8 @@ after; the figures come from the difference.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -81,6 +83,81 @@ def histogram_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
     }
 
 
+_KUBELET_CALL = re.compile(
+    r'^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+)\s.*"(Calling|Done calling) '
+    r'Node(Prepare|Unprepare)Resources? rpc".*?driverName="([^"]+)"'
+)
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+DRIVER_METRICS_PORT = 9479
+
+
+def kubelet_call_durations(log_text: str) -> dict[str, list[float]]:
+    """Seconds of each of our driver's prepare and unprepare calls, from the kubelet's
+    own log at verbosity 4: "Calling ... rpc" to "Done calling ... rpc" of the same claim
+    (the first claim UID after the driver name, in the request and in the response)."""
+    started: dict[tuple[str, str], float] = {}
+    out: dict[str, list[float]] = {"NodePrepareResources": [], "NodeUnprepareResources": []}
+    for line in log_text.splitlines():
+        m = _KUBELET_CALL.match(line)
+        uid = _UID.search(line, m.end()) if m and m.group(6) == DRIVER else None
+        if m is None or uid is None:
+            continue
+        at = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+        key = (f"Node{m.group(5)}Resources", uid.group())
+        if m.group(4) == "Calling":
+            started[key] = at
+        elif key in started:
+            out[key[0]].append((at - started.pop(key)) % 86400)  # across midnight too
+    return out
+
+
+def driver_phases(node: LocalNode) -> dict[str, dict[str, float]]:
+    """method -> phase -> seconds, and method -> "calls" -> count, from the driver's
+    /metrics (served in the node's network namespace)."""
+    script = (
+        "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+        f"'http://127.0.0.1:{DRIVER_METRICS_PORT}/metrics', timeout=10).read().decode())"
+    )
+    text = subprocess.run(
+        [*node.lay.enter(), sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(2)))
+        if m.group(1) == "dra_driver_kubelet_call_phase_seconds_total":
+            out.setdefault(labels["method"], {})[labels["phase"]] = float(m.group(3))
+        elif m.group(1) == "dra_driver_kubelet_call_seconds_count":
+            out.setdefault(labels["method"], {})["calls"] = float(m.group(3))
+        elif m.group(1) == "dra_driver_kubelet_call_seconds_sum":
+            out.setdefault(labels["method"], {})["handler"] = float(m.group(3))
+    return out
+
+
+def phases_delta(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, Any]:
+    """Mean milliseconds per call of each phase between two scrapes."""
+    out: dict[str, Any] = {}
+    for method, now in after.items():
+        was = before.get(method, {})
+        calls = now.get("calls", 0) - was.get("calls", 0)
+        if calls <= 0:
+            continue
+        out[method] = {
+            name: round((value - was.get(name, 0.0)) / calls * 1e3, 3)
+            for name, value in sorted(now.items())
+            if name != "calls"
+        } | {"calls": int(calls)}
+    return out
+
+
 def _time_to_running(cluster: NodeCluster, ns: str, obj: dict[str, Any]) -> float:
     name = obj["metadata"]["name"]
     start = time.perf_counter()
@@ -106,14 +183,14 @@ def node_figures(pods: int) -> dict[str, Any]:
     if problems := missing(default_binaries()):
         return {"skipped": "the local node cannot start here: " + "; ".join(problems)}
     name = f"dratest-node-{uuid.uuid4().hex[:6]}"
-    node = LocalNode(name, f"/tmp/{name}")
+    node = LocalNode(name, f"/tmp/{name}", verbosity=4)  # 4: the kubelet logs each call
     try:
         node.start()
     except NodeUnavailable as e:
         return {"skipped": f"the local node cannot start here: {e}"}
     try:
         install_driver_objects(node)
-        start_driver(node, args=QUIET)
+        start_driver(node, args=(*QUIET, "--metrics-addr", f"127.0.0.1:{DRIVER_METRICS_PORT}"))
         cluster = NodeCluster(node)
         ns = "bench"
         cluster.create_namespace(ns)
@@ -124,6 +201,8 @@ def node_figures(pods: int) -> dict[str, Any]:
             _time_to_running(cluster, ns, warm)
             _time_to_gone(cluster, ns, warm["metadata"]["name"])
         before = parse_histograms(node.kubelet.metrics())
+        phases_before = driver_phases(node)
+        log_mark = (node.lay.logs / "kubelet.log").stat().st_size
         plain, claimed, gone_plain, gone_claimed = [], [], [], []
         for i in range(pods):
             plain.append(_time_to_running(cluster, ns, plain_pod(f"plain{i}")))
@@ -132,13 +211,21 @@ def node_figures(pods: int) -> dict[str, Any]:
             gone_claimed.append(_time_to_gone(cluster, ns, f"claim{i}"))
         time.sleep(1)  # the last unprepare lands in the histogram
         after = parse_histograms(node.kubelet.metrics())
+        phases = phases_delta(phases_before, driver_phases(node))
+        with (node.lay.logs / "kubelet.log").open(errors="replace") as f:
+            f.seek(log_mark)
+            per_call = kubelet_call_durations(f.read())
         kubelet = {
             method: histogram_delta(before.get(method, {}), after[method])
             for method in ("NodePrepareResources", "NodeUnprepareResources")
             if method in after
         }
+        for method, seconds in per_call.items():
+            if method in kubelet and seconds:
+                kubelet[method]["from_log"] = summary(seconds)
         return {
             "pods": pods,
+            "driver_phases_ms": phases,
             "start_plain": summary(plain),
             "start_with_claim": summary(claimed),
             "delete_plain": summary(gone_plain),

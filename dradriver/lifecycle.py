@@ -28,6 +28,7 @@ from dradriver.errors import ConfigError, DeviceError, DriverError
 from dradriver.hookspecs import ClaimRef, DeviceRequest, Handler, HandlerContext, Prepared
 from dradriver.inventory import Inventory
 from dradriver.log import event
+from dradriver.phases import phase
 from dradriver.plan import Plan
 from dradriver.records import PREPARED, PREPARING, ClaimRecord, RecordStore
 from dradriver.registry import HandlerRegistry
@@ -88,20 +89,24 @@ class ClaimLifecycle:
             for plan in plans:
                 req = replace(plan.req, journal=self._journaller(record, plan))
                 try:
-                    prepared = plan.handler.prepare(req)
+                    with phase("kernel"):
+                        prepared = plan.handler.prepare(req)
                 except DriverError as exc:
                     raise DriverError(f"request {req.request}: {exc}") from exc
                 done.append((plan, prepared))
                 record.devices.append(plan.record(prepared.undo, prepared))
                 record.configs[plan.req.key] = dict(plan.req.config)
-            record.specs = self._specs(ref, done)
-            record.cdi_specs = sorted(record.specs)
-            for name, spec in sorted(record.specs.items()):
-                cdi.write_spec(self.cdi_dir / name, spec)
-            self.records.index(record)
+            with phase("specs"):
+                record.specs = self._specs(ref, done)
+                record.cdi_specs = sorted(record.specs)
+                for name, spec in sorted(record.specs.items()):
+                    cdi.write_spec(self.cdi_dir / name, spec)
+            with phase("index"):
+                self.records.index(record)
             record.extra.pop(_REPLACING, None)
             record.phase = PREPARED
-            self.records.save(record)  # the commit point
+            with phase("commit"):
+                self.records.save(record)  # the commit point
         except BaseException:
             self.undo(ref, [(p.handler, pr.undo) for p, pr in done])
             self.records.unindex(record)
@@ -115,7 +120,8 @@ class ClaimLifecycle:
 
         def journal(undo: Mapping[str, Any]) -> None:
             devices = [*record.devices, plan.record(undo)]
-            self.records.save(replace(record, phase=PREPARING, devices=devices), durable=False)
+            with phase("journal"):
+                self.records.save(replace(record, phase=PREPARING, devices=devices), durable=False)
             # (a journal of prepare_again keeps the record it replaces under _REPLACING)
 
         return journal
@@ -177,16 +183,20 @@ class ClaimLifecycle:
         failures = []
         for device in reversed(record.devices):
             try:
-                self.registry.get(device.type, device.kind).unprepare(device.undo)
+                with phase("kernel"):
+                    self.registry.get(device.type, device.kind).unprepare(device.undo)
             except DriverError as exc:
                 failures.append(f"request {device.request} device {device.device}: {exc}")
         if failures:
             raise DeviceError("; ".join(failures) + " (will retry)")
         # The record's removal is the durable step; a spec whose removal a crash loses
         # has no record left, and start-up reconciliation deletes it.
-        cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, record.claim.uid, False)
-        self.records.delete(record.claim.uid)
-        self.records.unindex(record)
+        with phase("specs"):
+            cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, record.claim.uid, False)
+        with phase("commit"):
+            self.records.delete(record.claim.uid)
+        with phase("index"):
+            self.records.unindex(record)
 
     # -- keeping a committed record true ------------------------------------------------
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from dradriver.phases import PhaseClock
+
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Kubelet calls: fine at the low end, where the latency targets are (design.md).
+_CALL_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0)
 
 
 class Metrics:
@@ -37,6 +41,19 @@ class Metrics:
             "ResourceClaim status writes that failed",
             registry=r,
         )
+        self.call_seconds = Histogram(
+            "dra_driver_kubelet_call_seconds",
+            "Time from a kubelet call reaching the driver's handler to its answer",
+            ["method"],
+            buckets=_CALL_BUCKETS,
+            registry=r,
+        )
+        self.call_phase_seconds = Counter(
+            "dra_driver_kubelet_call_phase_seconds",
+            "Time kubelet calls spent in each phase (fetch, lock, plan, kernel, ...)",
+            ["method", "phase"],
+            registry=r,
+        )
         self.publishes = Counter(
             "dra_driver_slice_publishes", "ResourceSlice publish attempts", ["result"], registry=r
         )
@@ -45,6 +62,12 @@ class Metrics:
         """Count one claim operation and its latency."""
         self.operations.labels(operation, "success" if ok else "error").inc()
         self.latency.labels(operation).observe(seconds)
+
+    def observe_call(self, method: str, clock: PhaseClock) -> None:
+        """Record one kubelet call's time and where it went."""
+        self.call_seconds.labels(method).observe(clock.total)
+        for name, seconds in clock.seconds.items():
+            self.call_phase_seconds.labels(method, name).inc(seconds)
 
     def serve(self, addr: str) -> None:
         """Serve /metrics on `addr` (host:port) from a daemon thread."""

@@ -34,6 +34,7 @@ from dradriver.inventory import Inventory
 from dradriver.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.log import event
 from dradriver.metrics import Metrics
+from dradriver.phases import phase
 from dradriver.plan import Planner, reserve_names
 from dradriver.records import (
     PREPARED,
@@ -137,8 +138,10 @@ class Preparer:
         with gate.call():
             for _ in range(2):
                 todo = [ref for ref in wanted if ref.uid not in fetched]
-                fetched |= self.fetcher.fetch(todo, deadline, gate.abandon)
-                refusal = gate.acquire(deadline)
+                with phase("fetch"):
+                    fetched |= self.fetcher.fetch(todo, deadline, gate.abandon)
+                with phase("lock"):
+                    refusal = gate.acquire(deadline)
                 if refusal is not None:
                     break
                 try:
@@ -193,12 +196,14 @@ class Preparer:
         claim: Callable[[], dict[str, Any]],
     ) -> list[DeviceAnswer]:
         self._check_uid(ref)
-        record = self._load(ref)
+        with phase("records"):
+            record = self._load(ref)
         if record is not None and record.phase == PREPARED:
-            lost = self.lifecycle.restore_specs(record)
-            if lost:  # only a record of an older driver cannot hold its specs
-                event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
-            stale = self.lifecycle.is_intact(record)
+            with phase("records"):
+                lost = self.lifecycle.restore_specs(record)
+                if lost:  # only a record of an older driver cannot hold its specs
+                    event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
+                stale = self.lifecycle.is_intact(record)
             if stale is None:
                 event(log, logging.INFO, "already prepared", claim=ref.uid)
                 if self.status is not None and record.devices:
@@ -212,12 +217,13 @@ class Preparer:
             self._count(-1)
         elif record is not None:
             self.lifecycle.roll_back(record)
-        resolved = claims.resolve(claim(), ref, self.context.driver_name)
-        plans = [self._planner.plan(ref, device) for device in resolved.devices]
-        if not plans:
-            return []  # no device of ours in this claim: nothing to do, nothing to record
-        uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
-        self._reserve(ref, resolved.pod_uids, uses, taken)
+        with phase("plan"):
+            resolved = claims.resolve(claim(), ref, self.context.driver_name)
+            plans = [self._planner.plan(ref, device) for device in resolved.devices]
+            if not plans:
+                return []  # no device of ours in this claim: nothing to do, nothing to record
+            uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
+            self._reserve(ref, resolved.pod_uids, uses, taken)
         record = self.lifecycle.commit(ref, plans, resolved.pod_uids)
         # Committed: nothing below may turn this prepare into a failure.
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
@@ -270,7 +276,8 @@ class Preparer:
         """
         deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
         with self.gate.call():
-            refusal = self.gate.acquire(deadline)
+            with phase("lock"):
+                refusal = self.gate.acquire(deadline)
             if refusal is not None:
                 return {ref.uid: self._refuse("unprepare", ref, refusal) for ref in refs}
             try:
@@ -283,7 +290,8 @@ class Preparer:
             return {r.uid: self._guarded("unprepare", r, partial(self._unprepare, r)) for r in refs}
         if self._pool is None:  # persistent: each worker keeps its own netlink socket
             self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
-        done = self._pool.map(self._unprepare_on_worker, refs)
+        with phase("workers"):  # the workers' own phases are not told apart
+            done = list(self._pool.map(self._unprepare_on_worker, refs))
         return {ref.uid: outcome for ref, outcome in zip(refs, done, strict=True)}
 
     def _unprepare_on_worker(self, ref: ClaimRef) -> Outcome:
@@ -298,7 +306,8 @@ class Preparer:
         self._check_uid(ref)
         driver = self.context.driver_name
         try:
-            record = self.records.load(ref.uid)
+            with phase("records"):
+                record = self.records.load(ref.uid)
         except CorruptRecord as exc:
             deleted = gc.delete_claim_interfaces(ref.uid, self.context.owner)
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from dradriver import phases
 from dradriver.calls import DEFAULT_CALL_BUDGET, call_budget
 from dradriver.hookspecs import ClaimRef, Device
 from dradriver.kubelet.proto import (
@@ -65,18 +66,29 @@ class _DRAService:
         resp = self._pb2.NodePrepareResourcesResponse()
         if not refs:  # liveness checks call with no claims: answer without the lock
             return resp
-        outcomes = self._preparer.prepare(refs, call_budget(context.time_remaining(), self._cap))
-        for uid, outcome in outcomes.items():
-            resp.claims[uid].CopyFrom(self._prepare_response(outcome))
+        with phases.timed_call() as clock:
+            budget = call_budget(context.time_remaining(), self._cap)
+            outcomes = self._preparer.prepare(refs, budget)
+            for uid, outcome in outcomes.items():
+                resp.claims[uid].CopyFrom(self._prepare_response(outcome))
+        self._observe("NodePrepareResources", clock)
         return resp
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
-        outcomes = self._preparer.unprepare(refs, call_budget(context.time_remaining(), self._cap))
         resp = self._pb2.NodeUnprepareResourcesResponse()
-        for uid, outcome in outcomes.items():
-            resp.claims[uid].error = outcome.error or ""
+        with phases.timed_call() as clock:
+            budget = call_budget(context.time_remaining(), self._cap)
+            outcomes = self._preparer.unprepare(refs, budget)
+            for uid, outcome in outcomes.items():
+                resp.claims[uid].error = outcome.error or ""
+        self._observe("NodeUnprepareResources", clock)
         return resp
+
+    def _observe(self, method: str, clock: phases.PhaseClock) -> None:
+        metrics = self._preparer.metrics
+        if metrics is not None:
+            metrics.observe_call(method, clock)
 
     def _prepare_response(self, outcome: Outcome) -> Any:
         msg = self._pb2.NodePrepareResourceResponse(error=outcome.error or "")

@@ -33,6 +33,15 @@ def test_metrics_count_prepares_and_prepared_claims(api, start_driver):
     assert 'dra_driver_operations_total{operation="prepare",result="success"} 1.0' in text
     assert "dra_driver_prepared_claims 1.0" in text
     assert 'dra_driver_operation_seconds_count{operation="prepare"} 1.0' in text
+    assert 'dra_driver_kubelet_call_seconds_count{method="NodePrepareResources"} 1.0' in text
+    phases = {
+        line.split('phase="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('dra_driver_kubelet_call_phase_seconds_total{method="NodePrepare')
+    }
+    # A new claim is fetched, planned, made in the kernel, and its spec and record written.
+    assert {"fetch", "plan", "kernel", "specs", "commit"} <= set(phases)
+    assert all(seconds > 0 for seconds in phases.values())
     d.unprepare([claim])
 
 
