@@ -50,8 +50,11 @@ def spec_path(cdi_dir: Path, driver: str, device_type: str, claim_uid: str) -> P
 
 
 def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
-    """Write a spec atomically (readers never see a partial file)."""
-    write_atomic(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n")
+    """Write a spec atomically (readers never see a partial file); not fsynced: a spec
+    describes kernel objects that a crash of the machine destroys, and after a reboot
+    specs are written again (design.md, "What is fsynced")."""
+    data = json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n"
+    write_atomic(path, data, durable=False)
 
 
 def remove_claim_specs(

@@ -20,6 +20,7 @@ from dradriver.inventory import Inventory
 from dradriver.kubeapi import KubeApi
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
+from dradriver.linkreaper import LinkReaper
 from dradriver.log import event
 from dradriver.metrics import Metrics
 from dradriver.prepare import Preparer
@@ -31,6 +32,7 @@ from dradriver.status import StatusWriter
 
 logger = logging.getLogger(__name__)
 
+REAPER_DRAIN_SECONDS = 5.0  # shutdown: for the deletion of links unprepares released
 # How long shutdown waits for the calls in flight beyond their budget: a draining call
 # stops waiting at once and finishes only the claim it is working on.
 DRAIN_SLACK_SECONDS = 10.0
@@ -113,6 +115,7 @@ def run(settings: Settings) -> int:
         status=status,
         metrics=metrics,
         gate=gate,
+        link_deletion_delay=settings.link_deletion_delay,
     )
 
     with lock:  # another instance (rolling update) may be preparing right now
@@ -164,19 +167,29 @@ def run(settings: Settings) -> int:
         startup_seconds=round(time.monotonic() - started, 3),
     )
     stop.wait()
-    shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS)
+    shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS, preparer.reaper)
     publisher.stop()
     status.stop()
     return 0
 
 
-def shutdown(server: KubeletServer, gate: CallGate, lock: SerializeLock, wait: float) -> None:
+def shutdown(
+    server: KubeletServer, gate: CallGate, lock: SerializeLock, wait: float, reaper: LinkReaper
+) -> None:
     """Leave the kubelet, refuse new work, let the calls in flight finish (or refuse what
-    they have not begun), and only then let go of the cross-instance lock."""
+    they have not begun), delete the links unprepares released, and only then let go of
+    the cross-instance lock."""
     started = time.monotonic()
     event(logger, logging.INFO, "shutting down: draining calls in flight")
     server.deregister()
     drained = gate.drain(wait)
+    if left := reaper.drain(REAPER_DRAIN_SECONDS):
+        event(
+            logger,
+            logging.WARNING,
+            "released interfaces not deleted at shutdown: the next start deletes them",
+            claims=left,
+        )
     server.stop()
     closed = lock.close(timeout=0 if not drained else 5.0)
     event(

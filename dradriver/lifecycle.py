@@ -1,12 +1,13 @@
 """A claim's life on this node: commit, undo, release, and repair from its record.
 
 Order of a commit, which makes it crash-safe: each handler journals what it is about to
-create or change (a record in phase "preparing", written before any kernel change, and
-not fsynced: it only has to survive a crash of this process; a crash of the machine
-takes the kernel objects with it), does its kernel work, then the CDI specs are written,
-then the record in phase "prepared": the commit point (fsynced). A failure before the
-commit undoes what the claim created; a crash before it leaves a journal that start-up
-reconciliation rolls back.
+create or change (a record in phase "preparing", written before any kernel change), does
+its kernel work, then the CDI specs are written, then the record in phase "prepared":
+the commit point. A failure before the commit undoes what the claim created; a crash
+before it leaves a journal that start-up reconciliation rolls back. None of these writes
+is fsynced: they must survive a crash of this process, and what they describe does not
+survive a crash of the machine. Only the removal of a record at unprepare is durable
+(design.md, "What is fsynced").
 
 A committed record is kept true: `is_intact` says when it no longer is (the machine
 rebooted, a spec file or a host interface it names is gone), `restore_specs` writes
@@ -23,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dradriver import cdi, netlink
+from dradriver import cdi, linkreaper, netlink
 from dradriver.errors import ConfigError, DeviceError, DriverError
 from dradriver.hookspecs import ClaimRef, DeviceRequest, Handler, HandlerContext, Prepared
 from dradriver.inventory import Inventory
@@ -58,14 +59,16 @@ class ClaimLifecycle:
         registry: HandlerRegistry,
         inventory: Inventory,
         boot_id: str | None,
+        reaper: linkreaper.LinkReaper,
     ) -> None:
-        """Wire the collaborators."""
+        """Wire the collaborators; `reaper` deletes the links of released claims."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
         self.registry = registry
         self.inventory = inventory
         self.boot_id = boot_id
+        self.reaper = reaper
 
     # -- commit -------------------------------------------------------------------------
 
@@ -106,7 +109,9 @@ class ClaimLifecycle:
             record.extra.pop(_REPLACING, None)
             record.phase = PREPARED
             with phase("commit"):
-                self.records.save(record)  # the commit point
+                # The commit point. Not fsynced, like the journal: what it describes
+                # does not outlive the machine (design.md, "What is fsynced").
+                self.records.save(record, durable=False)
         except BaseException:
             self.undo(ref, [(p.handler, pr.undo) for p, pr in done])
             self.records.unindex(record)
@@ -175,11 +180,17 @@ class ClaimLifecycle:
             self.records.save(ClaimRecord.from_json(json.dumps(previous).encode()))
 
     def release(self, record: ClaimRecord) -> None:
-        """Unprepare: handlers newest first, then the specs, then the record.
+        """Unprepare: handlers newest first, then the specs, then the record. Links the
+        driver made are deleted a moment later (dradriver.linkreaper).
 
         A handler that cannot finish yet (a host NIC still in a pod's namespace) fails
         it, keeping the record, and the kubelet retries.
         """
+        with linkreaper.collecting() as doomed:
+            self._release(record)
+        self.reaper.delete_later(record.claim.uid, doomed)
+
+    def _release(self, record: ClaimRecord) -> None:
         failures = []
         for device in reversed(record.devices):
             try:

@@ -92,6 +92,9 @@ class Kernel(Protocol):
     def delete(self, name: str) -> None:
         """Delete the interface called `name`."""
 
+    def delete_index(self, index: int) -> None:
+        """Delete the interface with this index."""
+
     def addresses(self, index: int) -> list[tuple[str, int]]:
         """(address, prefix length) of every global-scope address on one interface."""
 
@@ -182,6 +185,17 @@ def delete(name: str) -> bool:
         if exc.errno in (errno.ENODEV, errno.ENOENT):
             return False
         raise NetlinkError(f"delete interface {name}", exc.errno) from None
+    return True
+
+
+def delete_index(index: int, what: str) -> bool:
+    """Delete the interface with this index; False if it was already gone."""
+    try:
+        (_kernel or _backend()).delete_index(index)
+    except NetlinkError as exc:
+        if exc.errno in (errno.ENODEV, errno.ENOENT):
+            return False
+        raise NetlinkError(what, exc.errno) from None
     return True
 
 

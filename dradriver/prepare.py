@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from dradriver import cdi, claims, gc, naming, netlink
+from dradriver import cdi, claims, gc, linkreaper, naming, netlink
 from dradriver.calls import DEFAULT_CALL_BUDGET, CallGate, Deadline
 from dradriver.config import ConfigSchema
 from dradriver.errors import ClaimError, DriverError, storage_error
@@ -98,10 +98,12 @@ class Preparer:
         metrics: Metrics | None = None,
         gate: CallGate | None = None,
         boot_id: str | None = None,
+        link_deletion_delay: float = linkreaper.DEFAULT_DELAY,
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
-        boot's (read from the kernel when not given)."""
+        boot's (read from the kernel when not given); links of unprepared claims are
+        deleted `link_deletion_delay` seconds after the answer."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -113,8 +115,19 @@ class Preparer:
         self.metrics = metrics
         self.gate = gate or CallGate()
         self.fetcher = ClaimFetcher(api)
+        self.reaper = linkreaper.LinkReaper(
+            self.gate.lock,
+            lambda uid: not os.path.lexists(records.path(uid)),
+            link_deletion_delay,
+        )
         self.lifecycle = ClaimLifecycle(
-            context, cdi_dir, records, registry, inventory, boot_id or current_boot_id()
+            context,
+            cdi_dir,
+            records,
+            registry,
+            inventory,
+            boot_id or current_boot_id(),
+            self.reaper,
         )
         self._pool: ThreadPoolExecutor | None = None
         self._planner = Planner(context, inventory, schema, registry)

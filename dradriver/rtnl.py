@@ -113,6 +113,10 @@ class Pyroute2Kernel:
         """Delete a link."""
         self._call(lambda ipr: ipr.link("del", ifname=name))
 
+    def delete_index(self, index: int) -> None:
+        """Delete a link by index."""
+        self._call(lambda ipr: ipr.link("del", index=index))
+
     def addresses(self, index: int) -> list[tuple[str, int]]:
         """Global-scope addresses of one link."""
         msgs = self._call(lambda ipr: ipr.get_addr(index=index))

@@ -33,6 +33,7 @@ class Settings:
     metrics_addr: str | None = None
     healthcheck_port: int = -1
     call_budget: float = 30.0
+    link_deletion_delay: float = 1.0
     parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
     virtual_parents: tuple[str, ...] = field(default_factory=tuple)
     sriov_pfs: tuple[str, ...] = field(default_factory=tuple)
@@ -142,6 +143,14 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "deadline); claims not done in time get an error and the kubelet retries",
         type=float,
     )
+    flag(
+        "--link-deletion-delay",
+        "link_deletion_delay",
+        1.0,
+        "seconds after an unprepare's answer to delete the links it released (if the "
+        "pod's namespace has not taken them with it); keeps the kernel's wait off the call",
+        type=float,
+    )
     flag("--log-level", "log_level", "info", "debug, info, warning or error")
 
 
@@ -154,6 +163,10 @@ def from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"--virtual-slots must be between 0 and 4096, got {slots}")
     if hasattr(args, "call_budget") and not 0.1 <= float(args.call_budget) <= 300:
         raise SystemExit(f"--call-budget must be 0.1 to 300 seconds, got {args.call_budget}")
+    if hasattr(args, "link_deletion_delay") and not 0 <= float(args.link_deletion_delay) <= 60:
+        raise SystemExit(
+            f"--link-deletion-delay must be 0 to 60 seconds, got {args.link_deletion_delay}"
+        )
     if not naming.is_dns_subdomain(args.driver_name):
         raise SystemExit(f"--driver-name must be a DNS subdomain, got {args.driver_name!r}")
     if not naming.is_dns_subdomain(args.node_name):
@@ -186,6 +199,7 @@ def from_args(args: argparse.Namespace) -> Settings:
             "metrics_addr": args.metrics_addr or None,
             "healthcheck_port": int(args.healthcheck_port),
             "call_budget": float(args.call_budget),
+            "link_deletion_delay": float(args.link_deletion_delay),
             "log_level": args.log_level,
         }
     return Settings(**values)  # type: ignore[arg-type]

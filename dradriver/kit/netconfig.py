@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dradriver import naming, netlink
+from dradriver import linkreaper, naming, netlink
 from dradriver.errors import ConfigError, DeviceError
 from dradriver.hookspecs import DeviceRequest, NetworkData, Validated
 from dradriver.kit import hostaddr
@@ -184,19 +184,31 @@ def check_ipv6_mtu(cfg: NetConfig, path: str, mtu: int) -> None:
 
 @dataclass(frozen=True)
 class CreatedLinks:
-    """Undo payload of a device whose links the driver created: delete them if still ours."""
+    """Undo payload of a device whose links the driver created: delete them if still ours.
+
+    `container` names the links that go into the container (they may carry the claim's
+    addresses while on the host); unset in records of older drivers.
+    """
 
     interfaces: tuple[str, ...]
     alias: str
+    container: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The payload as stored in the allocation record."""
-        return {"interfaces": list(self.interfaces), "alias": self.alias}
+        out: dict[str, Any] = {"interfaces": list(self.interfaces), "alias": self.alias}
+        if self.container:
+            out["container"] = list(self.container)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CreatedLinks:
         """Read a stored payload (unknown keys ignored)."""
-        return cls(tuple(data.get("interfaces") or ()), str(data.get("alias") or ""))
+        return cls(
+            tuple(data.get("interfaces") or ()),
+            str(data.get("alias") or ""),
+            tuple(data.get("container") or ()),
+        )
 
 
 def host_name(req: DeviceRequest, role: str = "c") -> str:
@@ -266,7 +278,17 @@ def net_devices_edit(host: str, container: str) -> dict[str, Any]:
 
 
 def delete_own(links: CreatedLinks) -> None:
-    """Delete the links we created, if still present and still ours (unprepare)."""
+    """Delete the links we created, if still present and still ours.
+
+    In an unprepare whose container links have left the host (the pod took them), the
+    links left on the host (a veth's host end) are deleted a moment after the answer
+    (dradriver.linkreaper); a container link still on the host (the pod never started)
+    may hold the claim's addresses, so then everything is deleted at once.
+    """
+    if links.container and all(netlink.find(name) is None for name in links.container):
+        staying = [name for name in links.interfaces if name not in links.container]
+        if not staying or linkreaper.defer(staying, links.alias):
+            return
     for name in links.interfaces:
         link = netlink.find(name)
         if link is not None and link.alias in (links.alias, None, ""):

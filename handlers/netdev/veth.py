@@ -37,7 +37,7 @@ class VethHandler(VirtualLinkHandler):
         cfg = netconfig.NetConfig.parse(req.config)
         inner, outer = netconfig.host_name(req, "c"), netconfig.host_name(req, "h")
         alias = netconfig.tag(req)
-        created = netconfig.CreatedLinks((outer,), alias)  # deleting one end deletes both
+        created = netconfig.CreatedLinks((outer,), alias, (inner,))  # one end takes both
         req.journal(created.to_json())  # the names are known before the pair exists
         with netlink.rollback() as undo:
             link = netconfig.create(req, inner, "veth", peer=outer)

@@ -91,7 +91,7 @@ class VirtualLinkHandler:
         """Create, tag and configure the link; delete it again if any step fails."""
         cfg = netconfig.NetConfig.parse(req.config)
         name, alias = netconfig.host_name(req), netconfig.tag(req)
-        created = netconfig.CreatedLinks((name,), alias)
+        created = netconfig.CreatedLinks((name,), alias, (name,))
         req.journal(created.to_json())  # the name is known before the link exists
         with netlink.rollback() as undo:
             link = netconfig.create(req, name, req.kind, **self.link_attrs(req))

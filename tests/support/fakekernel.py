@@ -229,6 +229,9 @@ class FakeKernel:
         if link.peer and link.peer in self.table and link.kind == "veth":
             del self.table[link.peer]
 
+    def delete_index(self, index: int) -> None:
+        self.delete(self._by_index(index).name)
+
     def addresses(self, index: int) -> list[tuple[str, int]]:
         return sorted(self._by_index(index).addresses)
 

@@ -17,10 +17,11 @@ LAYERS: dict[str, set[str]] = {
         "iprules",
         "atomicfile",
         "metrics",
+        "phases",
         "hookspecs",
         "patterns",
     },
-    "effects": {"netlink", "rtnl", "kubeconfig", "kubeapi", "kit.sysfs"},
+    "effects": {"netlink", "rtnl", "linkreaper", "kubeconfig", "kubeapi", "kit.sysfs"},
     "kit": {"kit", "kit.netconfig", "kit.hostaddr", "kit.hostif", "kit.rdma"},
     "core": {
         "registry",

@@ -1,0 +1,206 @@
+"""An in-process node for the prepare state machine tests: an in-memory kernel whose
+every request (and every file write) is a countable step, the API stand-in's claims, real
+files in a temporary directory, and Preparers wired as `dra-driver run` wires them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dradriver import atomicfile, cdi, gc, netlink, records
+from dradriver.config import ConfigSchema
+from dradriver.hookspecs import ClaimRef
+from dradriver.inventory import Inventory
+from dradriver.kubeapi import ApiError
+from dradriver.netlink import Route
+from dradriver.prepare import Outcome, Preparer
+from dradriver.records import RecordStore
+from dradriver.registry import HandlerRegistry
+from tests.support.fakeapi import FakeApi, allocated_claim, opaque
+from tests.support.fakekernel import FakeKernel, Steps
+from tests.support.fakesys import FakeSys
+from tests.support.handlers import context
+
+DRIVER = "dra.example.com"
+REGISTRY = HandlerRegistry()
+SCHEMA = ConfigSchema(REGISTRY, DRIVER)
+NIC_MAC = "02:00:00:00:10:01"
+
+
+class Claims:
+    """The API's ResourceClaims, as Preparer asks for them (GET with the API's errors)."""
+
+    server = "the API stand-in"
+
+    def __init__(self) -> None:
+        self.fake = FakeApi()
+
+    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
+        path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+        code, body = self.fake.handle("GET", path, {}, None)
+        if code >= 400:
+            raise ApiError(code, body["reason"], body["message"])
+        return dict(body)
+
+
+@dataclass
+class Node:
+    """One node: its kernel, its sysfs, its directories, its API objects."""
+
+    root: Path
+    kernel: FakeKernel
+    steps: Steps
+    api: Claims
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    def preparer(self, link_deletion_delay: float = 3600, **settings: Any) -> Preparer:
+        """A Preparer as `dra-driver run` wires one (a new one is a restarted driver);
+        `settings` override the node's context. Released links are deleted only when
+        the test drains the reaper (`_unprepare`), unless a delay is given."""
+        ctx = context(
+            **{
+                "sysfs_root": self.root / "sys",
+                "parent_interfaces": ("ens1",),
+                "virtual_parents": ("ens2",),
+                "claim_address_ranges": ("198.51.100.0/24", "2001:db8::/32"),
+                **settings,
+            }
+        )
+        return Preparer(
+            context=ctx,
+            cdi_dir=self.cdi_dir,
+            records=RecordStore(self.state_dir),
+            registry=REGISTRY,
+            schema=SCHEMA,
+            inventory=Inventory(REGISTRY, ctx),
+            api=self.api,
+            link_deletion_delay=link_deletion_delay,
+        )
+
+    def start(self) -> Preparer:
+        """A restart: records loaded and reconciled as `dra-driver run` does at start."""
+        preparer = self.preparer()
+        loaded, corrupt = preparer.records.load_all()
+        assert corrupt == []
+        gc.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
+        return preparer
+
+    def files(self) -> list[str]:
+        """Every file the driver keeps (paths relative to its directory)."""
+        return sorted(
+            str(p.relative_to(d))
+            for d in (self.cdi_dir, self.state_dir)
+            for p in d.rglob("*")
+            if not p.is_dir()
+        )
+
+    def links(self) -> dict[str, tuple[Any, ...]]:
+        """Every link with what a claim could have changed on it."""
+        return {
+            n: (ln.mtu, ln.address, ln.up, ln.alias, sorted(ln.addresses))
+            for n, ln in self.kernel.table.items()
+        }
+
+
+def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
+    """A node with a NIC ens1 (address, default route) and a macvlan parent ens2; the
+    kernel is the netlink backend until the generator is closed (a pytest fixture)."""
+    steps = Steps((tmp_path / "cdi", tmp_path / "state"))
+    kernel = FakeKernel(steps)
+    nic = kernel.add("ens1", address=NIC_MAC, up=True)
+    nic.addresses.add(("192.0.2.5", 24))
+    kernel.static_routes.append(Route("0.0.0.0/0", "unicast", 254, ("192.0.2.254",), nic.index))
+    kernel.add("ens2", up=True)  # the macvlan parent
+    fs = FakeSys(tmp_path / "sys")
+    fs.nic("ens1", "0000:3b:00.0", mac=NIC_MAC)
+    (tmp_path / "cdi").mkdir()
+    # File writes and removals are steps too: a crash can come between any two.
+    for module in (records, cdi):
+        monkeypatch.setattr(module, "write_atomic", _counted(steps, "write", module.write_atomic))
+        monkeypatch.setattr(
+            module, "remove_durably", _counted(steps, "remove", atomicfile.remove_durably)
+        )
+    previous = netlink.use(kernel)
+    try:
+        yield Node(tmp_path, kernel, steps, Claims())
+    finally:
+        netlink.use(previous)
+
+
+def _counted(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(path: Path, *args: Any, **kwargs: Any) -> Any:
+        steps.tick(f"{what} {path.name}")
+        return fn(path, *args, **kwargs)
+
+    return wrapped
+
+
+# -- the claims ------------------------------------------------------------------------------
+
+
+def claim_object(uid: str, device: str, params: dict[str, Any], share: bool) -> dict[str, Any]:
+    result = {"request": "nic", "pool": "node-a", "device": device}
+    if share:
+        result["shareID"] = str(uuid.UUID(int=uuid.UUID(uid).int ^ 1))
+    return allocated_claim("c", [result], uid=uid, config=[opaque(params)], pods=[POD])
+
+
+KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "veth": (
+        "netdev-virtual",
+        {"kind": "veth", "interfaceName": "net1", "mtu": 1400,
+         "ipAddresses": ["198.51.100.7/24", "2001:db8::7/64"]},
+        True,
+    ),
+    "macvlan": (
+        "netdev-virtual",
+        {"kind": "macvlan", "parent": "ens2", "interfaceName": "data0",
+         "macAddress": "02:00:00:00:20:01", "ipAddresses": ["198.51.100.8/24"]},
+        True,
+    ),
+    "host-device": (
+        "nic-ens1",
+        {"kind": "host-device", "interfaceName": "net2", "mtu": 9000,
+         "macAddress": "02:00:00:00:30:01", "ipAddresses": ["198.51.100.9/24"]},
+        False,
+    ),
+}  # fmt: skip
+UID = "5a0c6f5e-0000-4000-8000-000000000001"
+POD = "5a0c6f5e-0000-4000-8000-0000000000aa"
+
+
+def claim_ref() -> ClaimRef:
+    """The reference the kubelet sends for the claim `add_claim` made."""
+    return ClaimRef("default", "c", UID)
+
+
+def add_claim(node: Node, kind: str) -> None:
+    """Put the claim of one of KINDS into the API."""
+    device, netdev, share = KINDS[kind]
+    node.api.fake.add_claim(claim_object(UID, device, {"type": "netdev", "netdev": netdev}, share))
+
+
+def prepare_one(preparer: Preparer) -> Outcome:
+    """Prepare the claim of `add_claim`."""
+    return preparer.prepare([claim_ref()])[UID]
+
+
+def unprepare_one(preparer: Preparer, which: ClaimRef | None = None) -> Outcome:
+    """Unprepare, then delete the released links in this thread (the reaper's work after
+    the answer; a crash during it is one more step)."""
+    which = which or claim_ref()
+    outcome = preparer.unprepare([which])[which.uid]
+    assert preparer.reaper.drain(5) == 0
+    return outcome
