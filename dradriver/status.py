@@ -1,6 +1,7 @@
 """ResourceClaim status.devices: written in the background after a successful prepare.
 
-A write that fails (a conflict, a server error, the API down) is tried again with a
+A write starts a moment (SETTLE) after the prepare queued it, once the kubelet's call has
+been answered. A write that fails (a conflict, a server error, the API down) is tried again with a
 jittered exponential back-off, until it is written, the claim is gone (404) or it is
 unprepared (its record is gone). Pending writes are one per claim UID and bounded in
 number; an idempotent re-prepare queues the write again if this process has not written
@@ -26,6 +27,9 @@ from dradriver.records import ClaimRecord
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 4096  # claims whose status waits to be written
+# A new write waits this long, so that it does not compete for the interpreter with the
+# rest of the kubelet call that prepared the claim (its answer is not sent yet).
+SETTLE = 0.05
 BACKOFF = (0.5, 60.0)  # first and longest pause between tries of one claim, in seconds
 _WRITTEN_REMEMBERED = 4096  # claim UIDs whose status this process wrote
 
@@ -92,6 +96,7 @@ class StatusWriter:
         still_prepared: Callable[[str], bool] = lambda uid: True,
         backoff: tuple[float, float] = BACKOFF,
         max_pending: int = MAX_PENDING,
+        settle: float = SETTLE,
     ) -> None:
         """Prepare the queue; `start` launches the thread. `still_prepared(uid)` says
         whether the claim still has its record (an unprepared claim's write is dropped)."""
@@ -102,6 +107,7 @@ class StatusWriter:
         self._still_prepared = still_prepared
         self._backoff = backoff
         self._max = max_pending
+        self._settle = settle
         self._pending: dict[str, _Pending] = {}
         self._written: OrderedDict[str, None] = OrderedDict()
         self._cond = threading.Condition()
@@ -142,7 +148,7 @@ class StatusWriter:
                 full = True
             else:
                 full = False
-                self._pending[uid] = _Pending(record, due=time.monotonic())
+                self._pending[uid] = _Pending(record, due=time.monotonic() + self._settle)
                 self._cond.notify_all()
         if full:
             self._failed(record, f"{self._max} status writes are queued already; dropped")
