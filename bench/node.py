@@ -93,8 +93,9 @@ DRIVER_METRICS_PORT = 9479
 
 def kubelet_call_durations(log_text: str) -> dict[str, list[float]]:
     """Seconds of each of our driver's prepare and unprepare calls, from the kubelet's
-    own log at verbosity 4: "Calling ... rpc" to "Done calling ... rpc" of the same claim
-    (the first claim UID after the driver name, in the request and in the response)."""
+    own log (dra_plugin.go at verbosity 4, tests/node/configs.py): "Calling ... rpc" to
+    "Done calling ... rpc" of the same claim (the first claim UID after the driver name,
+    in the request and in the response)."""
     started: dict[tuple[str, str], float] = {}
     out: dict[str, list[float]] = {"NodePrepareResources": [], "NodeUnprepareResources": []}
     for line in log_text.splitlines():
@@ -183,7 +184,7 @@ def node_figures(pods: int) -> dict[str, Any]:
     if problems := missing(default_binaries()):
         return {"skipped": "the local node cannot start here: " + "; ".join(problems)}
     name = f"dratest-node-{uuid.uuid4().hex[:6]}"
-    node = LocalNode(name, f"/tmp/{name}", verbosity=4)  # 4: the kubelet logs each call
+    node = LocalNode(name, f"/tmp/{name}")
     try:
         node.start()
     except NodeUnavailable as e:
