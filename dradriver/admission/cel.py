@@ -5,11 +5,11 @@
 valid. It reads the keywords the handlers use with the driver's semantics (see
 dradriver/config.py): types (integer: a 64-bit JSON integer), enum, const, not {enum},
 pattern (dradriver/patterns.py's common dialect), format cidr (a claim's address:
-Kubernetes' isCIDR and dradriver.iprules' rule 1, as the driver reads it), string lengths, numeric ranges, arrays (items, sizes, uniqueness) and
-objects (properties, additionalProperties false). A keyword it cannot translate is left
-unchecked (the policy stays lenient: the node still checks) and reported as a warning.
-Every list and object is bounded before it is iterated, so the cost stays small whatever
-the input.
+Kubernetes' isCIDR and dradriver.iprules' rule 1), string lengths, numeric ranges,
+arrays (items, sizes, uniqueness) and objects (properties, additionalProperties false).
+A keyword it cannot translate is left unchecked (the policy stays lenient: the node
+still checks) and reported as a warning. Every list and object is bounded before it is
+iterated, so the cost stays small whatever the input.
 """
 
 from __future__ import annotations
