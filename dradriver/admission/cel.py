@@ -4,12 +4,12 @@
 "<path>: <reason>" per problem of `value` (a CEL expression) under `schema`, empty when
 valid. It reads the keywords the handlers use with the driver's semantics (see
 dradriver/config.py): types (integer: a 64-bit JSON integer), enum, const, not {enum},
-pattern (dradriver/patterns.py's common dialect), format cidr (Kubernetes' isCIDR, which
-the driver matches), string lengths, numeric ranges, arrays (items, sizes, uniqueness) and
-objects (properties, additionalProperties false). A keyword it cannot translate is left
-unchecked (the policy stays lenient: the node still checks) and reported as a warning.
-Every list and object is bounded before it is iterated, so the cost stays small whatever
-the input.
+pattern (dradriver/patterns.py's common dialect), format cidr (a claim's address:
+Kubernetes' isCIDR and dradriver.iprules' rule 1), string lengths, numeric ranges,
+arrays (items, sizes, uniqueness) and objects (properties, additionalProperties false).
+A keyword it cannot translate is left unchecked (the policy stays lenient: the node
+still checks) and reported as a warning. Every list and object is bounded before it is
+iterated, so the cost stays small whatever the input.
 """
 
 from __future__ import annotations
@@ -202,7 +202,8 @@ class Translator:
                 described.append(f"!({v} in {lit(list(negated['enum']))})")
             else:
                 self.warnings.append(f"{where}: not {negated} is not checked")
-        description = schema.get("description")
+        # A message joins issues with "; ": a description must not look like a second one.
+        description = str(schema.get("description") or "").replace("; ", ", ")
         invalid = f"{path} + ': ' + {show_string(v)} + {lit(' is invalid: ')}"
         if described:
             reason = description or (f"must match {pattern}" if pattern else "a reserved value")
@@ -313,13 +314,20 @@ _MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 
 def _cidr(v: str, invalid: str) -> str:
     """CEL for the `cidr` format: Kubernetes' isCIDR, then what dradriver.iprules' rule 1
-    says of the address (canonical spelling, never a special range, not the network
-    address of its prefix). Not the IPv4 broadcast address of its prefix: CEL has no
-    address arithmetic, so only the node refuses that one."""
+    says of the address (canonical spelling, never a special range, not the network,
+    subnet-router or IPv4 broadcast address of its own prefix)."""
     c = f"cidr({v})"
     # (isCIDR already refuses IPv4-mapped IPv6, and cidr() will not even parse that range)
     specials = lit([str(net) for net, _ in iprules.NEVER if net != _MAPPED])
     wide = f"({c}.ip().family() == 4 ? {c}.prefixLength() <= 30 : {c}.prefixLength() <= 126)"
+    # CEL's IP library has no broadcast address: the host part of the IPv4 address, as an
+    # integer from the (canonical, by then) dotted quad, must not be all ones.
+    n = "int(o[0]) * 16777216 + int(o[1]) * 65536 + int(o[2]) * 256 + int(o[3])"
+    host_size = f"{lit([2**k for k in range(33)])}[32 - {c}.prefixLength()]"
+    broadcast = (
+        f"{c}.ip().family() == 4 && {c}.prefixLength() <= 30 && "
+        f"[{v}.split('/')[0].split('.')].all(o, ({n} + 1) % {host_size} == 0)"
+    )
     checks = [
         (f"string({c}) != {v}", "must be written in canonical form (lower-case, shortest)"),
         (f"{c}.prefixLength() == 0", "a prefix length of 0 would make every address on-link"),
@@ -332,6 +340,7 @@ def _cidr(v: str, invalid: str) -> str:
             f"{wide} && {c}.masked().ip() == {c}.ip()",
             "is the network (subnet-router) address of its own prefix",
         ),
+        (broadcast, "is the broadcast address of its own prefix"),
     ]
     body = "[]"
     for cond, reason in reversed(checks):

@@ -55,7 +55,7 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "maxLength": 17,
         "not": {"enum": [ZERO_MAC]},
         "description": "a unicast Ethernet address aa:bb:cc:dd:ee:ff (the lowest bit of the "
-        "first octet clear; not all zeros)",
+        "first octet clear, not all zeros)",
     },
     "ipAddresses": {
         "type": "array",
@@ -80,7 +80,7 @@ PARENT = {
     "maxLength": 15,
     "not": {"enum": RESERVED_HOST_NAMES},
     "description": "a host interface name (1-15 printable ASCII characters, no '/', ':', "
-    "'%' or space; not all, default, . or ..)",
+    "'%' or space, not all, default, . or ..)",
 }
 
 

@@ -14,25 +14,27 @@ code (k8s.io/apiserver v0.36.3, tests/deploy/k8scheck) makes of it.
 * Configs of other drivers are never looked at; DeviceClass updates are checked only when
   their config changes; firstAvailable subrequests merge with their own class.
 * The driver agrees with the table (test_config_policy_corpus.py compares the two on a
-  corpus derived from the schema, and measures the cost).
+  corpus derived from the schema, and measures the cost); what the table marks as the
+  node's is refused by the handlers on a node (an in-memory kernel) and by nothing else.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from dradriver import admission
+from dradriver import admission, netlink
 from dradriver.admission.schema import types_of
 from dradriver.claims import deep_merge
 from dradriver.config import ConfigSchema
 from dradriver.errors import ConfigError
 from dradriver.hookspecs import Device
+from dradriver.netlink import Route
 from dradriver.registry import HandlerRegistry
 from tests.deploy.support import (
     DEPLOY,
@@ -46,7 +48,8 @@ from tests.deploy.support import (
     run_k8scheck,
 )
 from tests.support import configcases as cc
-from tests.support import thirdparty
+from tests.support import handlers, thirdparty
+from tests.support.fakekernel import FakeKernel
 from tests.support.handlers import virtual_device
 
 POLICY = DEPLOY / "config-policy.yaml"
@@ -354,3 +357,34 @@ def test_the_driver_agrees_with_the_table(case):
         assert not any(_valid(merged, d) for d in DEVICES), f"{case.name}: a class could have it"
     elif case.class_configs is None:
         assert _somewhere(list(case.configs), []), f"{case.name}: no claim could use the class"
+
+
+@pytest.fixture
+def node() -> Iterator[FakeKernel]:
+    """cc's node: an uplink with NODE_ADDRESS and a default route via NODE_GATEWAY."""
+    kernel = FakeKernel()
+    up = kernel.add("up0", up=True, mtu=1500)
+    address, prefix = cc.NODE_ADDRESS.split("/")
+    up.addresses.add((address, int(prefix)))
+    kernel.static_routes.append(Route("0.0.0.0/0", "unicast", 254, (cc.NODE_GATEWAY,), up.index))
+    previous = netlink.use(kernel)
+    try:
+        yield kernel
+    finally:
+        netlink.use(previous)
+
+
+@pytest.mark.parametrize("case", [c for c in cc.cases() if c.node], ids=lambda c: c.name)
+def test_what_only_the_node_checks_is_refused_at_prepare(node, case):
+    """Valid in form (the policy accepts it, test_table_of_configs), refused by the
+    handlers' validate on the node, naming the fields the table says."""
+    configs = [p for p in case.configs if (p.get("requests") or ["nic"]) == ["nic"]]
+    merged = _merged(_class_configs(case) + configs)
+    handler, req = handlers.request(
+        merged, ctx=handlers.context(claim_address_ranges=cc.NODE_RANGES)
+    )
+    with pytest.raises(ConfigError) as err:
+        handler.validate(req)
+    named = {path for path, _ in err.value.issues}
+    assert named == {"$" + p.split("]", 1)[1] for p in case.node}, err.value.issues
+    assert not case.paths, "a node case is valid in form"

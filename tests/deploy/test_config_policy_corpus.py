@@ -1,14 +1,17 @@
 """deploy/config-policy.yaml against the driver on a corpus derived from the schema, and
 its cost, with Kubernetes' own admission code (tests/deploy/k8scheck).
 
-* Every field of every kind with boundary and wrong values (and 40 spellings of CIDRs):
-  the policy refuses exactly what the driver refuses and names only fields the driver
-  names.
+* Every field of every kind with boundary and wrong values (and 70 spellings of CIDRs,
+  every special range of dradriver.iprules among them): the policy refuses exactly what
+  the driver refuses and names only fields the driver names.
+* The network, broadcast (subnet-router) and last host address of a prefix of every
+  length, IPv4 and IPv6: the same verdicts.
 * The costliest objects the API admits are refused by the policy, not by a cost error.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -48,6 +51,14 @@ STRINGS = [
     "aa:bb:cc:dd:ee:f",
     "aa:bb:cc:dd:ee:ff:00",
     "ib0.8001",
+    "all",
+    "default",
+    "net%d",
+    "%",
+    "00:00:00:00:00:00",
+    "01:00:5e:00:00:01",
+    "ff:ff:ff:ff:ff:ff",
+    "02:00:00:00:00:01",
 ]
 CIDRS = [
     "10.0.0.2/24",
@@ -90,6 +101,31 @@ CIDRS = [
     "abc",
     "10.0.0.2/\u0662\u0664",
     "\u0661\u0660.0.0.2/24",
+    # dradriver.iprules, rule 1: special ranges, a prefix's own network, broadcast and
+    # subnet-router addresses, /0
+    "0.0.0.5/8",
+    "127.0.0.1/8",
+    "169.254.169.254/32",
+    "224.0.0.1/32",
+    "240.0.0.1/4",
+    "255.255.255.255/32",
+    "::/128",
+    "::2/64",
+    "fe80::1/64",
+    "ff02::1/128",
+    "::ffff:a00:2/96",
+    "10.0.0.0/24",
+    "10.0.0.255/24",
+    "10.0.0.254/24",
+    "10.0.0.0/31",
+    "10.0.0.1/31",
+    "10.0.0.0/32",
+    "10.0.0.2/0",
+    "fd00::/64",
+    "fd00::/127",
+    "fd00::/128",
+    "fd00::ffff:ffff:ffff:ffff/64",
+    "2001:db8::1/128",
 ]
 
 
@@ -104,7 +140,7 @@ def _values(schema: dict[str, Any]) -> list[Any]:
     values += [2**63, -(2**63), 2**64]
     if schema.get("type") == "array":
         values += [[c] for c in CIDRS]
-        values += [[f"10.0.0.{i}/24" for i in range(n)] for n in (16, 17)]
+        values += [[f"10.0.0.{i + 1}/24" for i in range(n)] for n in (16, 17)]
         values += [["10.0.0.2/24", "10.0.0.2/24"], ["10.0.0.2/24", "fd00::2/64"], [5]]
     values += [
         "bridge",
@@ -152,9 +188,27 @@ def _policy_paths(messages: list[str]) -> set[str]:
     return paths
 
 
-def test_the_policy_gives_the_drivers_verdict_on_a_corpus(k8scheck):
-    corpus = _corpus()
-    assert len(corpus) > 1000
+def _address_sweep() -> list[dict[str, Any]]:
+    """One address each, as a veth's: for a prefix of every length, its network,
+    broadcast and last host address, and addresses whose low bits are all ones (IPv4:
+    around 203.0.113.77; IPv6: the network address, the one after it and the last one,
+    around 2001:db8:1234:5678::9)."""
+    values = []
+    for prefix in range(33):
+        net = ipaddress.ip_network(f"203.0.113.77/{prefix}", strict=False)
+        ips = [net.network_address, net.broadcast_address, net.broadcast_address - 1]
+        ips += map(ipaddress.ip_address, ("203.0.113.255", "203.0.255.255", "203.127.255.255"))
+        values += [f"{ip}/{prefix}" for ip in ips]
+    for prefix in range(129):
+        net = ipaddress.ip_network(f"2001:db8:1234:5678::9/{prefix}", strict=False)
+        ips = [net.network_address, net.network_address + 1, net.broadcast_address]
+        values += [f"{ip}/{prefix}" for ip in ips]
+    return [{"type": "netdev", "netdev": {"kind": "veth", "ipAddresses": [v]}} for v in values]
+
+
+def _disagreements(k8scheck: Any, corpus: list[dict[str, Any]]) -> list[str]:
+    """Where the policy's verdict on a claim with one config differs from the driver's,
+    or it names a field the driver does not (or not the one the driver names)."""
     cases = [
         admission_request(cc.claim(f"c{i}", [p], p["type"]), deployed_classes())
         for i, p in enumerate(corpus)
@@ -171,7 +225,22 @@ def test_the_policy_gives_the_drivers_verdict_on_a_corpus(k8scheck):
             wrong.append(f"{params!r}: driver {sorted(driver)}, policy {got}")
         elif len(driver) == 1 and policy != driver:
             wrong.append(f"{params!r}: driver {sorted(driver)}, policy {sorted(policy)}")
+    return wrong
+
+
+def test_the_policy_gives_the_drivers_verdict_on_a_corpus(k8scheck):
+    corpus = _corpus()
+    assert len(corpus) > 1000
+    wrong = _disagreements(k8scheck, corpus)
     assert not wrong, f"{len(wrong)} of {len(corpus)} differ:\n" + "\n".join(wrong[:40])
+
+
+def test_the_policy_gives_the_drivers_verdict_on_every_prefix_length(k8scheck):
+    sweep = _address_sweep()
+    refused = [p for p in sweep if SCHEMA.issues(p)]
+    assert 100 < len(refused) < len(sweep) - 100, "the sweep has both verdicts"
+    wrong = _disagreements(k8scheck, sweep)
+    assert not wrong, f"{len(wrong)} of {len(sweep)} differ:\n" + "\n".join(wrong[:40])
 
 
 # ------------------------------------------------------------------------- cost
@@ -216,7 +285,7 @@ def _heaviest() -> list[tuple[str, dict[str, Any]]]:
             "mtu": 1500,
             "macAddress": "m" * 200,
             "mode": "bridge",
-            "ipAddresses": [f"10.0.0.{i}/24" for i in range(16)],
+            "ipAddresses": [f"10.0.0.{i + 1}/24" for i in range(16)],
         },
     }
     no_parent = cc.nd(kind="macvlan", interfaceName="n1", mtu=1500)

@@ -70,6 +70,7 @@ NON_DEFAULT: dict[str, Any] = {
         "virtualParents": ["eth1", "bond*"],
         "parentInterfaces": ["ens1f0"],
         "sriovPfs": ["ens2f*", "ens3"],
+        "claimAddressRanges": ["10.20.0.0/16", "fd00:20::/64"],
         "virtualSlots": 7,
         "publishInterval": 2.5,
         "metricsAddr": "127.0.0.1:9400",
@@ -279,13 +280,14 @@ def test_values_reach_the_driver_as_its_settings(helm, tmp_path, monkeypatch):
         if name.startswith("DRA_") or name in ("NODE_NAME", "POD_UID"):
             monkeypatch.delenv(name)
     for name, value in env.items():
-        # The downward API fills these in a pod.
-        monkeypatch.setenv(name, value if isinstance(value, str) else f"from-{name.lower()}")
+        # The downward API fills these in a pod (a node name is a DNS subdomain).
+        downward = "from-" + name.lower().replace("_", "-")
+        monkeypatch.setenv(name, value if isinstance(value, str) else downward)
     parser = argparse.ArgumentParser()
     settings_mod.add_flags(parser, run=True)
     got = settings_mod.from_args(parser.parse_args([]))
     assert got.driver_name == OTHER_DRIVER
-    assert (got.node_name, got.pod_uid) == ("from-node_name", "from-pod_uid")
+    assert (got.node_name, got.pod_uid) == ("from-node-name", "from-pod-uid")
     for key, value in {**NON_DEFAULT["settings"], **NON_DEFAULT["hostPaths"]}.items():
         field = re.sub(r"([A-Z])", r"_\1", key).lower()
         actual = got.state_dir if field == "state_dir" else getattr(got, field)
@@ -484,6 +486,10 @@ def test_optional_objects_and_metrics(helm, tmp_path):
         (["--set", "settings.logLevel=verbose"], "/settings/logLevel"),
         (["--set", "settings.virtualParents={eth0,eth1 eth2}"], "/settings/virtualParents/1"),
         (["--set", "hostPaths.cdiDir=etc/cdi"], "/hostPaths/cdiDir"),
+        (["--set", "settings.claimAddressRanges={192.0.2.0/24,eth0}"], "/claimAddressRanges/1"),
+        (["--set", "settings.claimAddressRanges={192.0.2.1}"], "/claimAddressRanges/0"),
+        (["--set", "settings.claimAddressRanges={10.0.0.0/33}"], "/claimAddressRanges/0"),
+        (["--set", "settings.claimAddressRanges={fd00::/129}"], "/claimAddressRanges/0"),
         (["--set", "deviceClasses.rdma.enabled=false"], "additional properties 'rdma' not allowed"),
         (["--set", "metrics.scrapeAnnotations=true"], "need settings.metricsAddr"),
         (["--set", "metrics.serviceMonitor.enabled=true"], "need settings.metricsAddr"),

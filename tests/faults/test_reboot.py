@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.faults.checks import answer_of, check_invariants, expected_answer
-from tests.integration.helpers import nothing_left, veth_claim
+from tests.integration.helpers import DOC_RANGES, nothing_left, veth_claim
 from tests.support import netns
 from tests.support.runtime import links_in
 
@@ -20,14 +20,12 @@ pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
 def test_claims_are_prepared_again_after_a_reboot(api, start_driver, ns):
     fake, _ = api
     claims = [
-        veth_claim(
-            f"c{i}", interface="net1", extra={"mtu": 1400, "ipAddresses": [f"10.9.0.{i}/24"]}
-        )
+        veth_claim(f"c{i}", interface="net1", extra={"mtu": 1400, "ipAddresses": [_address(i)]})
         for i in range(3)
     ]
     for claim in claims:
         fake.add_claim(claim)
-    d = start_driver()
+    d = start_driver("--claim-address-ranges", DOC_RANGES)
     first = d.prepare(claims)
     assert all(answer_of(first, c) == ("", expected_answer(c)) for c in claims)
     before = {ln["name"]: ln["alias"] for ln in links_in(ns)}
@@ -42,17 +40,21 @@ def test_claims_are_prepared_again_after_a_reboot(api, start_driver, ns):
         doc["bootId"] = "00000000-0000-0000-0000-000000000000"
         path.write_text(json.dumps(doc))
     fake.claims.clear()  # the API server is not back yet: the records must be enough
-    d = start_driver()
+    d = start_driver("--claim-address-ranges", DOC_RANGES)
     assert "node rebooted: claim prepared again" in d.log()
     assert {ln["name"]: ln["alias"] for ln in links_in(ns)} == before
     for i, claim in enumerate(claims):
         uid = claim["metadata"]["uid"]
         [inner] = [n for n, alias in before.items() if n.startswith("drc") and uid in alias]
-        assert _details(ns, inner) == (1400, [f"10.9.0.{i}/24"])
+        assert _details(ns, inner) == (1400, [_address(i)])
     assert d.prepare(claims) == first
     check_invariants(ns, d)
     d.unprepare(claims)
     nothing_left(ns, d)
+
+
+def _address(i: int) -> str:
+    return f"198.51.100.{i + 1}/24"
 
 
 def _details(ns: str, name: str) -> tuple[int, list[str]]:

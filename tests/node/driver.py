@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 from typing import Any, Protocol
 
-from tests.e2e.cluster import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, driver_manifests
+from tests.e2e.cluster import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, daemonset_env, driver_manifests
 from tests.e2e.kube import ApiError
 from tests.support.driverproc import DriverProcess
 from tests.support.waiting import wait_for
@@ -27,6 +27,16 @@ from .layout import PARENT
 from .localnode import LocalNode
 
 STAND_IN_LABEL = "dra-driver.example.com/host-process"
+# The tests' IPv6 claim addresses are in IPv6's documentation range; the examples have
+# none, so the DaemonSet's ranges (deploy/driver.yaml) do not include it.
+IPV6_TEST_RANGE = "2001:db8::/32"
+
+
+def claim_address_ranges() -> str:
+    """--claim-address-ranges of the driver: the DaemonSet's (the ranges of the examples'
+    addresses) and IPV6_TEST_RANGE. None of them is the node's (layout.NODE_IP's)."""
+    daemonset = (daemonset_env("DRA_CLAIM_ADDRESS_RANGES") or "").split(",")
+    return ",".join(r for r in (*daemonset, IPV6_TEST_RANGE) if r)
 
 
 def install_driver_objects(node: LocalNode) -> None:
@@ -133,6 +143,7 @@ class HostDriver:
                 node=self.node.name,
                 pod_uid=self.pod_uid,
                 args=("--virtual-parents", PARENT, *self.args),
+                env={"DRA_CLAIM_ADDRESS_RANGES": claim_address_ranges()},
                 registry=lay.kubelet_registry,
                 plugins=lay.kubelet_plugins,
                 cdi=lay.cdi_dir,

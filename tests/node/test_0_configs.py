@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import tarfile
 import tomllib
@@ -12,9 +13,10 @@ import pytest
 import yaml
 
 from .configs import KUBELET_SYSCTLS, SANDBOX_IMAGE, cni_network, containerd_config, kubelet_config
+from .driver import IPV6_TEST_RANGE, claim_address_ranges
 from .examples import EXAMPLE_FILES, adapt
 from .images import write_archive
-from .layout import NodeLayout
+from .layout import GATEWAY_IP, NODE_IP, POD_SUBNET, NodeLayout
 from .namespaces import mount_script
 from .podnet import parse_exec
 
@@ -175,3 +177,27 @@ def test_the_kubelets_dra_histogram_is_read_as_a_difference_of_two_scrapes():
     assert got["p50_at_most_ms"] == 100.0
     assert got["p99_at_most_ms"] == 200.0  # the slow one is in the second bucket
     assert got["smallest_bucket_ms"] == 100.0
+
+
+def test_the_drivers_claim_address_ranges_hold_the_examples_and_not_the_node():
+    """The driver gets the DaemonSet's ranges (deploy/driver.yaml) and the tests' IPv6
+    range: every example address is inside, the node's own networks are not."""
+    ranges = [ipaddress.ip_network(r) for r in claim_address_ranges().split(",")]
+    assert ipaddress.ip_network(IPV6_TEST_RANGE) in ranges
+
+    def inside(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return any(ip.version == r.version and ip in r for r in ranges)
+
+    addresses = []
+    for path in EXAMPLE_FILES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "ResourceClaimTemplate":
+                for config in doc["spec"]["spec"]["devices"].get("config") or []:
+                    params = config["opaque"]["parameters"]
+                    for part in (params.get("netdev"), (params.get("combo") or {}).get("netdev")):
+                        addresses += (part or {}).get("ipAddresses") or []
+    assert addresses, "the examples set addresses"
+    assert all(inside(ipaddress.ip_interface(a).ip) for a in addresses), addresses
+    pods = ipaddress.ip_network(POD_SUBNET)
+    for ip in (ipaddress.ip_address(NODE_IP), ipaddress.ip_address(GATEWAY_IP), *pods):
+        assert not inside(ip), ip

@@ -24,7 +24,7 @@ def test_veth_reaches_the_pod_with_its_settings(cluster: NodeCluster, driver: Ho
         "interfaceName": "net1",
         "mtu": 1400,
         "macAddress": "02:00:5e:10:00:01",
-        "ipAddresses": ["198.51.100.10/24", "fd00:10::10/64"],
+        "ipAddresses": ["198.51.100.10/24", "2001:db8:10::10/64"],
     }
     cluster.apply([template("veth", netdev), pod("p", ["veth"])], kns)
     p = cluster.wait_running(kns, "p")
@@ -33,7 +33,7 @@ def test_veth_reaches_the_pod_with_its_settings(cluster: NodeCluster, driver: Ho
     assert set(inside) == {"lo", "eth0", "net1"}, inside
     net1 = inside["net1"]
     assert (net1.mtu, net1.mac) == (1400, "02:00:5e:10:00:01")
-    assert set(net1.addresses) == {"198.51.100.10/24", "fd00:10::10/64"}
+    assert set(net1.addresses) == {"198.51.100.10/24", "2001:db8:10::10/64"}
     claim = _claim(cluster, kns, p)
     # The driver's tag travelled with the link: this interface is the claim's.
     assert f"claim={claim['metadata']['uid']}" in net1.alias
@@ -101,5 +101,5 @@ def test_macvlan_on_a_parent_not_allowed_never_starts(
         return None
 
     message = wait_for("the kubelet to report the refused parent", refused, 60)
-    assert "gw0" in message and "$.parent" in message
+    assert "gw0" in message and "config $.netdev.parent: " in message
     assert cluster.pod(kns, "p")["status"]["phase"] == "Pending"

@@ -6,7 +6,10 @@ code, tests/e2e/test_9_config_policy.py through a real API server.
 
 A case is the list of config parameters of one claim (or DeviceClass); `paths` are the
 fields a refusal must name, written `[i].a.b` for `<config list>[i].opaque.parameters.a.b`
-of the object, and `class[i].a.b` for config i of the case's own DeviceClass.
+of the object, and `class[i].a.b` for config i of the case's own DeviceClass. `node`
+marks a config valid in form that only the node refuses (design.md, "What only the node
+can check"): the policy and `dra-driver validate-config` accept it, the handlers refuse
+it at prepare on NODE, naming those fields.
 """
 
 from __future__ import annotations
@@ -37,6 +40,31 @@ RESOURCES = {
     "DeviceClass": "deviceclasses",
 }
 Params = dict[str, Any]
+# The node the `node` cases are refused on: its claim address ranges (as deploy/driver.yaml
+# gives the DaemonSet), its own address and the gateway of its default route.
+NODE_RANGES = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+NODE_ADDRESS, NODE_GATEWAY = "192.0.2.5/24", "192.0.2.254"
+# Names the kernel refuses or rewrites, besides the unit tests' (tests/unit/test_config.py).
+RESERVED_NAMES = ["net%d", "%", "all", "default"]
+# What iprules' rule 1 refuses besides the unit tests' BAD_CIDRS: special ranges, the
+# network, broadcast or subnet-router address of the address's own prefix.
+RULE_1_CIDRS = [
+    "0.0.0.5/8",
+    "127.0.0.1/8",
+    "169.254.169.254/32",
+    "224.0.0.1/32",
+    "240.0.0.1/4",
+    "255.255.255.255/32",
+    "::2/64",
+    "fe80::1/64",
+    "ff02::1/128",
+    "10.0.0.0/24",
+    "10.0.0.255/24",
+    "10.255.255.255/8",
+    "10.0.0.3/30",
+    "fd00::/64",
+    "10.0.0.2/0",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +84,7 @@ class Case:
     class_configs: tuple[Params, ...] | None = None
     as_class: tuple[str, ...] | None = None
     type: str = "netdev"
+    node: tuple[str, ...] = ()
 
     @property
     def class_paths(self) -> tuple[str, ...]:
@@ -80,14 +109,14 @@ def _bad_values() -> Iterator[Case]:
         as_class=("[0].netdev.mode",),
     )
     yield Case("unit: unknown kind", (unit.UNKNOWN_KIND,), ("[0].netdev.kind",))
-    for name in unit.BAD_INTERFACE_NAMES:
+    for name in [*unit.BAD_INTERFACE_NAMES, *RESERVED_NAMES]:
         yield Case(
             f"unit: name {name!r}",
             (nd(kind="veth", interfaceName=name),),
             ("[0].netdev.interfaceName",),
         )
     yield Case("unit: cidr /40", (unit.BAD_CIDR,), ("[0].netdev.ipAddresses[0]",))
-    for cidr in unit.BAD_CIDRS:
+    for cidr in [*unit.BAD_CIDRS, *RULE_1_CIDRS]:
         yield Case(
             f"cidr {cidr!r}",
             (nd(ipAddresses=["10.9.9.9/24", cidr]),),
@@ -106,6 +135,10 @@ def _bad_values() -> Iterator[Case]:
         "aa:bb:cc:dd:ee:ff\n",
         "aa:bb:cc:dd:ee:ff:00",
         42,
+        "01:00:5e:00:00:01",
+        "ff:ff:ff:ff:ff:ff",
+        "03:00:00:00:00:01",
+        "00:00:00:00:00:00",
     ):
         yield Case(
             f"mac {mac!r}",
@@ -114,7 +147,7 @@ def _bad_values() -> Iterator[Case]:
         )
     yield Case(
         "17 addresses",
-        (nd(ipAddresses=[f"10.0.0.{i}/24" for i in range(17)]),),
+        (nd(ipAddresses=[f"10.0.0.{i + 1}/24" for i in range(17)]),),
         ("[0].netdev.ipAddresses",),
     )
     yield Case(
@@ -140,6 +173,8 @@ def _bad_values() -> Iterator[Case]:
     yield Case("mode of no kind", (nd(mode="l4"),), ("[0].netdev.mode",))
     yield Case("parent with a slash", (nd(kind="macvlan", parent="eth/0"),), ("[0].netdev.parent",))
     yield Case("parent of 16 bytes", (nd(kind="macvlan", parent="p" * 16),), ("[0].netdev.parent",))
+    for name in RESERVED_NAMES:
+        yield Case(f"parent {name!r}", (nd(kind="macvlan", parent=name),), ("[0].netdev.parent",))
     yield Case("bridge not a string", (nd(kind="veth", bridge=1),), ("[0].netdev.bridge",))
     yield Case(
         "netnsMode",
@@ -246,8 +281,21 @@ def _good() -> Iterator[Case]:
     yield Case("type alone", ({"type": "netdev"},))
     yield Case("fragment without type", ({"netdev": {"mtu": 1400}},))
     yield Case("kind-less mode of some kind", (nd(mode="vepa"),))
-    for cidr in ("10.0.0.1/32", "fd00::1/128", "10.0.0.1/31", "fd00::a/64"):
+    for cidr in (
+        "10.0.0.1/32",
+        "fd00::1/128",
+        "10.0.0.1/31",
+        "10.0.0.0/31",
+        "10.0.0.254/24",
+        "10.0.0.255/23",
+        "fd00::a/64",
+        "fd00::/127",
+        "fd00::ffff:ffff:ffff:ffff/64",
+    ):
         yield Case(f"cidr {cidr}", (nd(ipAddresses=[cidr]),))
+    for name in ("default0", "lo0", "..."):
+        yield Case(f"name {name!r}", (nd(kind="veth", interfaceName=name),))
+    yield Case("unicast mac", (nd(kind="veth", macAddress="02:00:00:00:00:01"),))
     for mtu in (68, 65535):
         yield Case(f"mtu {mtu}", (nd(kind="dummy", mtu=mtu),))
     yield Case(
@@ -262,7 +310,7 @@ def _good() -> Iterator[Case]:
         "names",
         (nd(kind="veth", interfaceName="n" * 15, macAddress="AA:bb:CC:dd:EE:ff", bridge="br-0.x"),),
     )
-    yield Case("16 addresses", (nd(ipAddresses=[f"10.0.0.{i}/24" for i in range(16)]),))
+    yield Case("16 addresses", (nd(ipAddresses=[f"10.0.0.{i + 1}/24" for i in range(16)]),))
     yield Case("parent from a later config", (nd(kind="macvlan"), nd(parent="eth0")))
     yield Case(
         "parent from the class",
@@ -287,9 +335,38 @@ def _good() -> Iterator[Case]:
     )
 
 
+def _node_only() -> Iterator[Case]:
+    """Valid in form, refused at prepare on NODE: accepted at admission."""
+    yield Case(
+        "outside the node's ranges",
+        (nd(kind="veth", ipAddresses=["192.0.2.7/24", "10.9.9.9/24"]),),
+        node=("[0].netdev.ipAddresses[1]",),
+    )
+    yield Case(
+        "the node's gateway",
+        (nd(kind="veth", ipAddresses=[f"{NODE_GATEWAY}/24"]),),
+        node=("[0].netdev.ipAddresses[0]",),
+    )
+    yield Case(
+        "the node's own address",
+        (nd(kind="veth", ipAddresses=[NODE_ADDRESS]),),
+        node=("[0].netdev.ipAddresses[0]",),
+    )
+    yield Case(
+        "one address, two prefix lengths",
+        (nd(kind="veth", ipAddresses=["192.0.2.7/24", "192.0.2.7/32"]),),
+        node=("[0].netdev.ipAddresses[1]",),
+    )
+    yield Case(
+        "IPv6 below MTU 1280",
+        (nd(kind="veth", mtu=1279, ipAddresses=["2001:db8::7/64"]),),
+        node=("[0].netdev.ipAddresses[0]",),
+    )
+
+
 def cases() -> list[Case]:
     """Every case of the table."""
-    out = [*_bad_values(), *_bad_shapes(), *_good()]
+    out = [*_bad_values(), *_bad_shapes(), *_good(), *_node_only()]
     names = [c.name for c in out]
     assert len(names) == len(set(names)), "case names must be unique"
     return out

@@ -83,9 +83,10 @@ class FakeApi:
         with self.lock:
             return copy.deepcopy(self.claims[(namespace, name)])
 
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
         """GET a claim in-process, as the driver's API client does (Preparer's
-        ClaimSource): the stand-in's answer, its errors as the client's ApiError."""
+        ClaimSource): the stand-in's answer, its errors as the client's ApiError. It
+        answers at once, so `timeout` (the call's budget) never runs out."""
         path = f"{RES}/namespaces/{namespace}/resourceclaims/{name}"
         code, body = self.handle("GET", path, {}, None)
         if code >= 400:
