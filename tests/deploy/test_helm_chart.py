@@ -73,6 +73,8 @@ NON_DEFAULT: dict[str, Any] = {
         "claimAddressRanges": ["10.20.0.0/16", "fd00:20::/64"],
         "virtualSlots": 7,
         "publishInterval": 2.5,
+        "callBudget": 12.5,
+        "linkDeletionDelay": 0.5,
         "metricsAddr": "127.0.0.1:9400",
         "healthcheckPort": 6000,
         "logLevel": "debug",
