@@ -15,8 +15,6 @@ RT_SCOPE_UNIVERSE = 0
 
 IFADDR = struct.Struct("=BBBBI")  # struct ifaddrmsg: family, prefixlen, flags, scope, index
 
-Request = tuple[int, int, bytes]
-
 
 @dataclass(frozen=True)
 class Address:
@@ -33,7 +31,7 @@ def _family_and_bytes(address: str) -> tuple[int, bytes]:
     return (socket.AF_INET if ip.version == 4 else socket.AF_INET6), ip.packed
 
 
-def _change(kind: int, flags: int, index: int, address: str, prefixlen: int) -> Request:
+def _change(kind: int, flags: int, index: int, address: str, prefixlen: int) -> wire.Request:
     family, raw = _family_and_bytes(address)
     body = IFADDR.pack(family, prefixlen, 0, RT_SCOPE_UNIVERSE, index)
     if family == socket.AF_INET:  # IFA_LOCAL is the address itself; IFA_ADDRESS its peer
@@ -41,18 +39,18 @@ def _change(kind: int, flags: int, index: int, address: str, prefixlen: int) -> 
     return kind, flags, body + wire.attr(IFA_ADDRESS, raw)
 
 
-def add(index: int, address: str, prefixlen: int) -> Request:
+def add(index: int, address: str, prefixlen: int) -> wire.Request:
     """RTM_NEWADDR of a permanent, global-scope address."""
     flags = wire.NLM_F_REQUEST | wire.NLM_F_ACK | wire.NLM_F_CREATE | wire.NLM_F_EXCL
     return _change(RTM_NEWADDR, flags, index, address, prefixlen)
 
 
-def delete(index: int, address: str, prefixlen: int) -> Request:
+def delete(index: int, address: str, prefixlen: int) -> wire.Request:
     """RTM_DELADDR of one address."""
     return _change(RTM_DELADDR, wire.NLM_F_REQUEST | wire.NLM_F_ACK, index, address, prefixlen)
 
 
-def dump(index: int = 0) -> Request:
+def dump(index: int = 0) -> wire.Request:
     """RTM_GETADDR of every address (of one interface if `index`: the kernel filters with
     NETLINK_GET_STRICT_CHK, older kernels send all)."""
     body = IFADDR.pack(socket.AF_UNSPEC, 0, 0, 0, index)

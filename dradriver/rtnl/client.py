@@ -73,7 +73,7 @@ class Connection:
         """Close the socket."""
         self.sock.close()
 
-    def request(self, request: tuple[int, int, bytes], reply: Reply, what: str) -> list[bytes]:
+    def request(self, request: wire.Request, reply: Reply, what: str) -> list[bytes]:
         """Send one request and collect the bodies of its answer; errors are NetlinkError."""
         kind, flags, body = request
         for _ in range(DUMP_ATTEMPTS):
@@ -136,7 +136,7 @@ class RtnlKernel:
         self.timeout = timeout
         self._local = threading.local()
 
-    def _ask(self, request: tuple[int, int, bytes], reply: Reply, what: str) -> list[bytes]:
+    def _ask(self, request: wire.Request, reply: Reply, what: str) -> list[bytes]:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is not None and conn.pid != os.getpid():  # a forked child: its own socket
             conn.close()

@@ -57,7 +57,7 @@ _CHANGE = wire.NLM_F_REQUEST | wire.NLM_F_ACK
 _GET = wire.NLM_F_REQUEST
 _DUMP = wire.NLM_F_REQUEST | wire.NLM_F_DUMP
 
-Request = tuple[int, int, bytes]  # message type, flags, body
+_DATA = {"veth": {"peer"}, "macvlan": {"mode"}, "ipvlan": {"mode"}, "ipoib": {"pkey", "mode"}}
 
 
 def ifinfo(index: int = 0, flags: int = 0, change: int = 0) -> bytes:
@@ -65,7 +65,7 @@ def ifinfo(index: int = 0, flags: int = 0, change: int = 0) -> bytes:
     return IFINFO.pack(0, 0, index, flags, change)
 
 
-def get(name: str | None = None, index: int = 0, vfs: bool = False) -> Request:
+def get(name: str | None = None, index: int = 0, vfs: bool = False) -> wire.Request:
     """RTM_GETLINK of one link, by name or index (with its VFs if `vfs`)."""
     mask = RTEXT_FILTER_SKIP_STATS | (RTEXT_FILTER_VF if vfs else 0)
     body = ifinfo(index) + wire.attr_u32(IFLA_EXT_MASK, mask)
@@ -74,17 +74,17 @@ def get(name: str | None = None, index: int = 0, vfs: bool = False) -> Request:
     return RTM_GETLINK, _GET, body
 
 
-def dump() -> Request:
+def dump() -> wire.Request:
     """RTM_GETLINK of every link of the namespace."""
     return RTM_GETLINK, _DUMP, ifinfo() + wire.attr_u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)
 
 
-def delete(name: str) -> Request:
+def delete(name: str) -> wire.Request:
     """RTM_DELLINK of the link called `name`."""
     return RTM_DELLINK, _CHANGE, ifinfo() + wire.attr_str(IFLA_IFNAME, name)
 
 
-def create(name: str, kind: str, attrs: CreateAttrs) -> Request:
+def create(name: str, kind: str, attrs: CreateAttrs) -> wire.Request:
     """RTM_NEWLINK creating a down link of `kind` (attrs: see netlink.CreateAttrs)."""
     unknown = set(attrs) - {"link", "peer", "mode", "pkey"}
     if unknown:
@@ -101,10 +101,9 @@ def create(name: str, kind: str, attrs: CreateAttrs) -> Request:
 
 def _info_data(kind: str, attrs: CreateAttrs) -> list[bytes]:
     """IFLA_INFO_DATA of one link kind."""
-    extra = set(attrs) - {"link"}
-    allowed = {"veth": {"peer"}, "macvlan": {"mode"}, "ipvlan": {"mode"}, "ipoib": {"pkey", "mode"}}
-    if extra - allowed.get(kind, set()):
-        raise ValueError(f"link kind {kind} takes no {sorted(extra - allowed.get(kind, set()))}")
+    wrong = set(attrs) - {"link"} - _DATA.get(kind, set())
+    if wrong:
+        raise ValueError(f"link kind {kind} takes no {sorted(wrong)}")
     out = []
     if "peer" in attrs:
         out.append(wire.attr(VETH_INFO_PEER, ifinfo() + wire.attr_str(IFLA_IFNAME, attrs["peer"])))
@@ -127,7 +126,7 @@ def _named(modes: Mapping[str, int], kind: str, mode: str) -> int:
     return modes[mode]
 
 
-def change(index: int, attrs: LinkAttrs) -> Request:
+def change(index: int, attrs: LinkAttrs) -> wire.Request:
     """RTM_NEWLINK changing one link (attrs: see netlink.LinkAttrs)."""
     keys = {"ifname", "mtu", "address", "ifalias", "state", "master", "net_ns_fd"}
     if set(attrs) - keys:
@@ -153,7 +152,7 @@ def change(index: int, attrs: LinkAttrs) -> Request:
     return RTM_NEWLINK, _CHANGE, body
 
 
-def set_vf(pf_index: int, vf: int, settings: VfSettings) -> Request:
+def set_vf(pf_index: int, vf: int, settings: VfSettings) -> wire.Request:
     """RTM_NEWLINK on a PF setting the non-None settings of one of its VFs."""
     info = []
     if settings.mac is not None:

@@ -33,7 +33,7 @@ TYPES = {
 _FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
-def dump() -> tuple[int, int, bytes]:
+def dump() -> wire.Request:
     """RTM_GETROUTE of every route of every table, every family."""
     body = RTMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0, 0, 0)
     return RTM_GETROUTE, wire.NLM_F_REQUEST | wire.NLM_F_DUMP, body

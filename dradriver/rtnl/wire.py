@@ -39,6 +39,8 @@ NLA_F_NESTED = 1 << 15
 NLA_TYPE_MASK = ~(NLA_F_NESTED | 1 << 14) & 0xFFFF  # without NLA_F_NET_BYTEORDER too
 NLMSGERR_ATTR_MSG = 1
 
+Request = tuple[int, int, bytes]  # what a request is made of: message type, flags, body
+
 HEADER = struct.Struct("=IHHII")  # struct nlmsghdr
 _NLA = struct.Struct("=HH")  # struct nlattr
 _I32 = struct.Struct("=i")
