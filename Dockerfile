@@ -1,10 +1,10 @@
 # syntax=docker/dockerfile:1
 # The dra-driver image: `dra-driver run` in a slim Python 3.11, nothing else.
 #   docker build -t dra-driver:dev .      (make build)
-# All dependencies ship manylinux wheels or are pure Python (pyroute2 talks netlink
-# itself, so no iproute2), hence no compiler in either stage. The build stage installs
-# the package (not editable) into a virtualenv without pip; the final stage copies
-# only that virtualenv.
+# All dependencies ship manylinux wheels or are pure Python (the driver talks netlink
+# itself, dradriver/rtnl, so no iproute2), hence no compiler in either stage. The build
+# stage installs the package (not editable) into a virtualenv without pip; the final
+# stage copies only that virtualenv.
 ARG PYTHON_IMAGE=python:3.11.17-slim-trixie
 
 FROM ${PYTHON_IMAGE} AS build

@@ -46,7 +46,8 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean test test-faults lint proto config-policy test-kernel e2e \
+	network-check restart logs debug clean test test-faults lint proto rtnl-fixtures config-policy \
+	test-kernel e2e \
 	bench helm manifests helm-lint helm-install helm-uninstall node-build demo demo-down test-node
 
 help: ## list the targets
@@ -164,6 +165,9 @@ lint: ## ruff check, ruff format --check, mypy
 
 proto: ## regenerate the protobuf modules next to dradriver/{kubelet,nri}/proto/*.proto
 	$(PYTHON) hack/gen_proto.py
+
+rtnl-fixtures: ## capture this kernel's rtnetlink replies as the codec's test fixtures (root)
+	$(PYTHON) hack/gen_rtnl_fixtures.py
 
 config-policy: ## regenerate the chart's config admission policies from the config schema, then deploy/
 	$(PYTHON) hack/gen_config_policy.py

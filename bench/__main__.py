@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import latency, lifecycle, node, publishing
+from bench import latency, lifecycle, node, publishing, rtnl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +61,7 @@ def run(quick: bool) -> dict[str, Any]:
     section("startup", lifecycle.startup, 5)
     section("publishing", publishing.publishing, (0, 64, 512), 5 if quick else 20)
     section("memory", lifecycle.memory, 1000 if quick else 10000, 100)
+    section("rtnl", rtnl.figures, n)
     section("node", node.node_figures, 5 if quick else 20)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
     return out
@@ -165,10 +166,34 @@ def table(r: dict[str, Any]) -> str:
         f"{_ok(mem['growth_after_first_1000_mb'] <= 2)} from cycle 1000, "
         f"{_ok(mem['growth_from_idle_mb'] <= 2)} from idle |"
     )
+    lines += rtnl_rows(r)
     lines += node_rows(r)
     total = sum(r["seconds"].values())
     lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
     return "\n".join(lines)
+
+
+def rtnl_rows(r: dict[str, Any]) -> list[str]:
+    """The rtnetlink backend beside pyroute2 (the "floor" column) for the same requests."""
+    n = r.get("rtnl")
+    if n is None:
+        return []
+    ours, theirs = n["ours"], n["pyroute2"]
+    names = {"find": "lookup by name", "links": f"dump of {n['links_dumped']} links"}
+    names |= {"create": "veth create", "delete": "veth delete"}
+    lines = [
+        f"| netlink {what}, in process, p50 / p99 (us), ours (beside: pyroute2) | "
+        f"{ours[k]['p50_ms'] * 1e3:.0f} / {ours[k]['p99_ms'] * 1e3:.0f} | "
+        f"{theirs[k]['p50_ms'] * 1e3:.0f} / {theirs[k]['p99_ms'] * 1e3:.0f} | "
+        f"{ours[k]['p50_ms'] / theirs[k]['p50_ms']:.2f}x | |"
+        for k, what in names.items()
+    ]
+    lines.append(
+        f"| RSS of the daemon's imports + one netlink request (MB), ours (beside: with "
+        f"pyroute2 loaded) | {n['rss_ours_mb']:.1f} | {n['rss_with_pyroute2_mb']:.1f} | "
+        f"{n['rss_ours_mb'] - n['rss_with_pyroute2_mb']:+.1f} MB | |"
+    )
+    return lines
 
 
 def node_rows(r: dict[str, Any]) -> list[str]:

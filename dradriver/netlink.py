@@ -1,12 +1,13 @@
 """The one place that talks rtnetlink: links, addresses, VF settings, errors.
 
-Handlers and the core call the module functions below; nothing else imports pyroute2.
-Every kernel error becomes a `NetlinkError` (a DeviceError) that keeps the errno as data
-and says which operation on which interface failed, in one format:
-`<what>: <strerror> (errno <n>)`.
+Handlers and the core call the module functions below. Every kernel error becomes a
+`NetlinkError` (a DeviceError) that keeps the errno as data and says which operation on
+which interface failed, in one format: `<what>: <strerror> (errno <n>)`, followed by
+`: <the kernel's message>` when the kernel explains (extended ack).
 
-The functions delegate to one `Kernel` backend: pyroute2 on the real kernel, or a fake
-one (`use`) so the prepare state machine can be tested without root.
+The functions delegate to one `Kernel` backend: our own rtnetlink client on the real
+kernel (`dradriver.rtnl`), or a fake one (`use`) so the prepare state machine can be
+tested without root.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Literal, Protocol, TypedDict, Unpack
 
 from dradriver.errors import DeviceError
 from dradriver.log import event
@@ -32,9 +33,15 @@ ARPHRD_INFINIBAND = 32
 class NetlinkError(DeviceError):
     """The kernel refused a netlink request; `errno` says why."""
 
-    def __init__(self, what: str, code: int) -> None:
-        super().__init__(f"{what}: {os.strerror(code)} (errno {code})")
+    def __init__(self, what: str, code: int, detail: str | None = None) -> None:
+        text = f"{what}: {os.strerror(code)} (errno {code})"
+        super().__init__(f"{text}: {detail}" if detail else text)
         self.errno = code
+        self.detail = detail  # the kernel's own explanation (extended ack), if it gave one
+
+    def about(self, what: str) -> NetlinkError:
+        """The same refusal, told as a failure of `what`."""
+        return NetlinkError(what, self.errno, self.detail)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,28 @@ class VfSettings:
     spoofchk: bool | None = None
 
 
+class CreateAttrs(TypedDict, total=False):
+    """What a new link takes besides its name and kind; each kind uses its own."""
+
+    link: int  # the parent's index (macvlan, ipvlan, ipoib)
+    peer: str  # the other end's name (veth)
+    mode: str  # macvlan: private, vepa, bridge, passthru, source; ipvlan: l2, l3, l3s;
+    # ipoib: datagram, connected (the backend turns names into the kernel's numbers)
+    pkey: int  # the partition key (ipoib)
+
+
+class LinkAttrs(TypedDict, total=False):
+    """What `set_link` changes on an existing interface."""
+
+    ifname: str
+    mtu: int
+    address: str  # aa:bb:cc:dd:ee:ff
+    ifalias: str  # "" clears it
+    state: Literal["up", "down"]
+    master: int  # the index of the bridge to join (0: leave it)
+    net_ns_fd: int  # an open file descriptor of the network namespace to move it to
+
+
 class Kernel(Protocol):
     """What the driver asks of the kernel; errors are NetlinkError."""
 
@@ -83,11 +112,11 @@ class Kernel(Protocol):
     def find(self, name: str) -> Link | None:
         """The interface called `name`, or None."""
 
-    def create(self, name: str, kind: str, attrs: Mapping[str, Any]) -> None:
-        """Create a down link (`attrs`: link, mode, peer, pkey... per kind)."""
+    def create(self, name: str, kind: str, attrs: CreateAttrs) -> None:
+        """Create a down link (`attrs`: link, peer, mode, pkey per kind)."""
 
-    def set(self, index: int, attrs: Mapping[str, Any]) -> None:
-        """Change ifname, mtu, address, ifalias, state or master of one interface."""
+    def set(self, index: int, attrs: LinkAttrs) -> None:
+        """Change ifname, mtu, address, ifalias, state, master or namespace of one interface."""
 
     def delete(self, name: str) -> None:
         """Delete the interface called `name`."""
@@ -121,12 +150,12 @@ class Kernel(Protocol):
 
 
 def _backend() -> Kernel:
-    from dradriver.rtnl import Pyroute2Kernel  # noqa: PLC0415 - pyroute2 loads on first use
+    from dradriver.rtnl.client import RtnlKernel  # noqa: PLC0415 - it imports this module
 
     global _kernel  # noqa: PLW0603 - the one process-wide backend
     with _lock:
         if _kernel is None:
-            _kernel = Pyroute2Kernel()
+            _kernel = RtnlKernel()
         return _kernel
 
 
@@ -160,21 +189,22 @@ def require(name: str, role: str) -> Link:
     return link
 
 
-def create(name: str, kind: str, what: str, **attrs: Any) -> None:
+def create(name: str, kind: str, what: str, **attrs: Unpack[CreateAttrs]) -> None:
     """Create a down link called `name`; `what` names it in errors."""
     try:
         (_kernel or _backend()).create(name, kind, attrs)
     except NetlinkError as exc:
-        raise NetlinkError(f"create {what} {name}", exc.errno) from None
+        raise exc.about(f"create {what} {name}") from None
 
 
-def set_link(link: Link | int, what: str, **attrs: Any) -> None:
-    """Change attributes (ifname, mtu, address, ifalias, state, master) of one interface."""
+def set_link(link: Link | int, what: str, **attrs: Unpack[LinkAttrs]) -> None:
+    """Change attributes (ifname, mtu, address, ifalias, state, master, net_ns_fd) of one
+    interface."""
     index = link if isinstance(link, int) else link.index
     try:
         (_kernel or _backend()).set(index, attrs)
     except NetlinkError as exc:
-        raise NetlinkError(what, exc.errno) from None
+        raise exc.about(what) from None
 
 
 def delete(name: str) -> bool:
@@ -184,7 +214,7 @@ def delete(name: str) -> bool:
     except NetlinkError as exc:
         if exc.errno in (errno.ENODEV, errno.ENOENT):
             return False
-        raise NetlinkError(f"delete interface {name}", exc.errno) from None
+        raise exc.about(f"delete interface {name}") from None
     return True
 
 
@@ -195,7 +225,7 @@ def delete_index(index: int, what: str) -> bool:
     except NetlinkError as exc:
         if exc.errno in (errno.ENODEV, errno.ENOENT):
             return False
-        raise NetlinkError(what, exc.errno) from None
+        raise exc.about(what) from None
     return True
 
 
@@ -204,7 +234,7 @@ def addresses(index: int) -> list[tuple[str, int]]:
     try:
         return (_kernel or _backend()).addresses(index)
     except NetlinkError as exc:
-        raise NetlinkError(f"list addresses of interface {index}", exc.errno) from None
+        raise exc.about(f"list addresses of interface {index}") from None
 
 
 def all_addresses() -> list[tuple[int, str, int]]:
@@ -212,7 +242,7 @@ def all_addresses() -> list[tuple[int, str, int]]:
     try:
         return (_kernel or _backend()).all_addresses()
     except NetlinkError as exc:
-        raise NetlinkError("list the node's addresses", exc.errno) from None
+        raise exc.about("list the node's addresses") from None
 
 
 def routes() -> list[Route]:
@@ -220,7 +250,7 @@ def routes() -> list[Route]:
     try:
         return (_kernel or _backend()).routes()
     except NetlinkError as exc:
-        raise NetlinkError("list the node's routes", exc.errno) from None
+        raise exc.about("list the node's routes") from None
 
 
 def add_address(
@@ -231,9 +261,7 @@ def add_address(
         (_kernel or _backend()).add_address(index, address, prefixlen)
     except NetlinkError as exc:
         if not (exist_ok and exc.errno == errno.EEXIST):
-            raise NetlinkError(
-                f"add address {address}/{prefixlen} to {ifname}", exc.errno
-            ) from None
+            raise exc.about(f"add address {address}/{prefixlen} to {ifname}") from None
 
 
 def delete_address(index: int, address: str, prefixlen: int) -> None:
@@ -242,7 +270,7 @@ def delete_address(index: int, address: str, prefixlen: int) -> None:
         (_kernel or _backend()).delete_address(index, address, prefixlen)
     except NetlinkError as exc:
         if exc.errno not in (errno.EADDRNOTAVAIL, errno.ENOENT, errno.ENODEV):
-            raise NetlinkError(f"remove address {address}/{prefixlen}", exc.errno) from None
+            raise exc.about(f"remove address {address}/{prefixlen}") from None
 
 
 def vf_settings(pf: Link, vf: int) -> VfSettings | None:
@@ -250,7 +278,7 @@ def vf_settings(pf: Link, vf: int) -> VfSettings | None:
     try:
         return (_kernel or _backend()).vf_settings(pf.index, vf)
     except NetlinkError as exc:
-        raise NetlinkError(f"read VF {vf} settings of {pf.name}", exc.errno) from None
+        raise exc.about(f"read VF {vf} settings of {pf.name}") from None
 
 
 def set_vf(pf: Link, vf: int, what: str, settings: VfSettings) -> None:
@@ -258,7 +286,7 @@ def set_vf(pf: Link, vf: int, what: str, settings: VfSettings) -> None:
     try:
         (_kernel or _backend()).set_vf(pf.index, vf, settings)
     except NetlinkError as exc:
-        raise NetlinkError(what, exc.errno) from None
+        raise exc.about(what) from None
 
 
 def close() -> None:

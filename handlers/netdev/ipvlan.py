@@ -9,6 +9,6 @@ class IpvlanHandler(ParentedLinkHandler):
     """Creates an ipvlan link on `parent` in `mode` (default l2)."""
 
     kinds = ("ipvlan",)
-    modes = {"l2": 0, "l3": 1, "l3s": 2}  # IPVLAN_MODE_* in linux/if_link.h
+    modes = ("l2", "l3", "l3s")
     default_mode = "l2"
     dropped = ("macAddress",)  # ipvlan uses the parent's MAC

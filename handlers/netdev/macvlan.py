@@ -9,5 +9,5 @@ class MacvlanHandler(ParentedLinkHandler):
     """Creates a macvlan link on `parent` in `mode` (default bridge)."""
 
     kinds = ("macvlan",)
-    modes = {m: m for m in ("bridge", "vepa", "private", "passthru")}  # pyroute2 takes names
+    modes = ("bridge", "vepa", "private", "passthru")
     default_mode = "bridge"

@@ -112,11 +112,11 @@ class VirtualLinkHandler:
 class ParentedLinkHandler(VirtualLinkHandler):
     """A virtual link on an allowed `parent` in one of `modes` (macvlan, ipvlan).
 
-    Subclasses name the link kind, its modes (config value -> kernel value), the
-    default mode and any common field the kind cannot honour.
+    Subclasses name the link kind, its modes (the config's names, which netlink.create
+    takes as they are), the default mode and any common field the kind cannot honour.
     """
 
-    modes: Mapping[str, Any] = {}
+    modes: tuple[str, ...] = ()
     default_mode = ""
     dropped: tuple[str, ...] = ()
 
@@ -141,4 +141,4 @@ class ParentedLinkHandler(VirtualLinkHandler):
     def link_attrs(self, req: DeviceRequest) -> dict[str, Any]:
         """The link on the parent's index, in the configured mode."""
         parent = require_allowed_parent(req, req.config["parent"])
-        return {"link": parent.index, "mode": self.modes[req.config.get("mode", self.default_mode)]}
+        return {"link": parent.index, "mode": req.config.get("mode", self.default_mode)}

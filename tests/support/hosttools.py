@@ -19,6 +19,7 @@ PACKAGES = {
     "rdma": "iproute2",
     "modprobe": "kmod",
     "make": "make",
+    "cc": "gcc",
     "pgrep": "procps",
     "go": "golang (or Go from go.dev in /usr/local/go/bin)",
 }

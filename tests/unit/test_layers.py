@@ -21,7 +21,19 @@ LAYERS: dict[str, set[str]] = {
         "hookspecs",
         "patterns",
     },
-    "effects": {"netlink", "rtnl", "linkreaper", "kubeconfig", "kubeapi", "kit.sysfs"},
+    "effects": {
+        "netlink",
+        "rtnl",
+        "rtnl.wire",
+        "rtnl.links",
+        "rtnl.addresses",
+        "rtnl.routes",
+        "rtnl.client",
+        "linkreaper",
+        "kubeconfig",
+        "kubeapi",
+        "kit.sysfs",
+    },
     "kit": {"kit", "kit.netconfig", "kit.hostaddr", "kit.hostif", "kit.rdma"},
     "core": {
         "registry",
@@ -149,3 +161,21 @@ def test_the_checker_sees_a_violation():
     assert {"dradriver.kit.netconfig", "dradriver.handlers.netdev.virtual"} <= deps
     assert _group("dradriver.prepare") == "services"
     assert "core" not in MAY_IMPORT["family"]
+
+
+def _third_party(path: Path) -> set[str]:
+    """Top-level names of every module `path` imports (statically)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_driver_never_imports_pyroute2():
+    """The driver talks rtnetlink itself (dradriver/rtnl); pyroute2 is for tests only."""
+    users = [name for name, path in _modules().items() if "pyroute2" in _third_party(path)]
+    assert users == []
+    assert "pyroute2" in _third_party(ROOT / "tests" / "support" / "runtime.py")  # it would see

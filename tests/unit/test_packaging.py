@@ -50,3 +50,26 @@ def test_wheel_holds_dradriver_only(tmp_path):
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     declared = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "netdev = dradriver.handlers.netdev" in declared
+
+
+def test_pyroute2_is_a_test_dependency_only():
+    runtime = {dep.split(">")[0].split("=")[0] for dep in PYPROJECT["project"]["dependencies"]}
+    assert "pyroute2" not in runtime
+    assert any(
+        d.startswith("pyroute2") for d in PYPROJECT["project"]["optional-dependencies"]["test"]
+    )
+
+
+def test_the_running_driver_loads_no_pyroute2():
+    """Everything the daemon imports, its handlers, and a real netlink request."""
+    code = (
+        "import sys\n"
+        "import dradriver.cli, dradriver.daemon\n"
+        "import dradriver.handlers.netdev, dradriver.handlers.rdma, dradriver.handlers.combo\n"
+        "from dradriver import netlink\n"
+        "assert any(link.name == 'lo' for link in netlink.links())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
