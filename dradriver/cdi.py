@@ -53,7 +53,7 @@ def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
     """Write a spec atomically (readers never see a partial file); not fsynced: a spec
     describes kernel objects that a crash of the machine destroys, and after a reboot
     specs are written again (design.md, "What is fsynced")."""
-    data = json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n"
+    data = json.dumps(spec, sort_keys=True).encode() + b"\n"  # one line: the C encoder
     write_atomic(path, data, durable=False)
 
 

@@ -228,7 +228,9 @@ class ClaimRecord:
             "configs": self.configs,
             "specs": self.specs,
         }
-        return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+        # One line: without `indent` json uses its C encoder (several times faster, and
+        # a record is written twice per prepare); `jq . <file>` reads it as well.
+        return json.dumps(doc, sort_keys=True).encode() + b"\n"
 
     @classmethod
     def from_json(cls, data: bytes) -> ClaimRecord:
