@@ -255,3 +255,21 @@ def test_ipv6_addresses_need_an_mtu_of_1280():
 def test_a_wrong_type_is_named_once_at_its_own_path(schema):
     netdev = {"kind": "veth", "mtu": "1000", "ipAddresses": ["2001:db8::7/64"]}
     assert list(dict(schema.issues({"type": "netdev", "netdev": netdev}))) == ["$.netdev.mtu"]
+
+
+def test_a_config_is_validated_once_and_told_apart_from_a_lookalike(monkeypatch):
+    """Claims of one template carry one config: its validation result is remembered, by
+    its exact JSON (1500 and 1500.0 are different configs, one good and one bad)."""
+    schema = ConfigSchema(HandlerRegistry(), "dra.example.com")
+    validations = []
+    real = schema._validate
+    monkeypatch.setattr(schema, "_validate", lambda p: validations.append(p) or real(p))
+    good = {"type": "netdev", "netdev": {"kind": "veth", "mtu": 1500}}
+    lookalike = {"type": "netdev", "netdev": {"mtu": 1500.0, "kind": "veth"}}
+    for _ in range(3):
+        assert schema.issues(good) == []
+        assert "$.netdev.mtu" in dict(schema.issues(lookalike))
+    assert len(validations) == 2
+    issues = schema.issues(lookalike)
+    issues.clear()  # a caller changing its copy does not change the remembered result
+    assert schema.issues(lookalike) != []
