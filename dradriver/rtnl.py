@@ -10,10 +10,12 @@ per request).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pyroute2 import IPRoute
@@ -21,9 +23,13 @@ from pyroute2.netlink import NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError as Pyroute2Error
 from pyroute2.netlink.rtnl import RTM_GETLINK
 
+from dradriver import nsfs, rdmanl
+from dradriver.log import event
 from dradriver.netlink import Link, NetlinkError, Route, VfSettings
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+PROC_SYS = Path("/proc/sys")
 
 # About 1.6 KB of resident memory per request stays on a socket (measured; none once
 # the socket is reopened), so a thread's socket is replaced after this many requests
@@ -76,6 +82,108 @@ class Pyroute2Kernel:
         if sock is not None:
             sock.close()
             self._local.ipr = None
+
+    # -- namespaces (a socket stays in the namespace it was opened in) ---------------
+
+    def enter(self, netns: str) -> None:
+        """Move this thread into the network namespace at `netns`."""
+        if getattr(self._local, "home", None) is not None:
+            raise RuntimeError("already inside a network namespace on this thread")
+        target = nsfs.open_netns(netns)
+        try:
+            home = nsfs.current_netns()
+        except BaseException:
+            os.close(target)
+            raise
+        try:
+            self.close()
+            nsfs.setns(target)
+        except BaseException:
+            os.close(home)
+            raise
+        finally:
+            os.close(target)
+        self._local.home = home
+
+    def leave(self) -> None:
+        """Back to the namespace this thread left in `enter`."""
+        home = getattr(self._local, "home", None)
+        if home is None:
+            return
+        self.close()
+        try:
+            nsfs.setns(home)
+        except OSError as exc:
+            # A thread stuck in a pod's namespace would act on the wrong links from now
+            # on. It cannot happen short of a kernel bug; the driver is crash-safe, so
+            # it stops rather than go on there.
+            event(log, logging.CRITICAL, "cannot return to the node's network namespace", error=exc)
+            os._exit(70)
+        os.close(home)
+        self._local.home = None
+
+    def has_netns(self, netns: str) -> bool:
+        """Whether the path is a network namespace now."""
+        try:
+            os.close(nsfs.open_netns(netns))
+        except OSError:
+            return False
+        return True
+
+    def _target(self, netns: str | None) -> tuple[int, bool]:
+        """A descriptor for `netns` (None: home) and whether the caller must close it."""
+        if netns is None:
+            home = getattr(self._local, "home", None)
+            if home is None:
+                raise NetlinkError("no namespace to return to", errno.EINVAL)
+            return home, False
+        return nsfs.open_netns(netns), True
+
+    def move(self, index: int, netns: str | None, ifname: str) -> None:
+        """Move and rename a link in one request (as runc does)."""
+        fd, owned = self._target(netns)
+        try:
+            self._call(lambda ipr: ipr.link("set", index=index, net_ns_fd=fd, ifname=ifname))
+        finally:
+            if owned:
+                os.close(fd)
+
+    def add_route(
+        self, index: int, destination: str, gateway: str | None, metric: int | None
+    ) -> None:
+        """Add a route (main table, protocol static)."""
+        args: dict[str, Any] = {"dst": destination, "oif": index}
+        if gateway:
+            args["gateway"] = gateway
+        if metric is not None:
+            args["priority"] = metric
+        self._call(lambda ipr: ipr.route("add", **args))
+
+    def write_sysctl(self, path: str, value: str) -> None:
+        """Write a sysctl file (this thread's namespace decides which one it is)."""
+        with open(PROC_SYS / path, "w") as f:
+            f.write(value)
+
+    def has_sysctl(self, path: str) -> bool:
+        """Whether the sysctl file exists."""
+        return (PROC_SYS / path).is_file()
+
+    def rdma_devices(self) -> list[str]:
+        """RDMA devices of this thread's namespace."""
+        return sorted(rdmanl.devices())
+
+    def rdma_move(self, name: str, netns: str | None) -> None:
+        """Move an RDMA device between namespaces (exclusive netns mode)."""
+        fd, owned = self._target(netns)
+        try:
+            rdmanl.move(name, fd)
+        finally:
+            if owned:
+                os.close(fd)
+
+    def rdma_exclusive(self) -> bool:
+        """Whether the RDMA subsystem is in exclusive netns mode."""
+        return rdmanl.exclusive()
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         try:
