@@ -100,6 +100,11 @@ class NriPlugin:
         """Whether the runtime has us registered and synchronized now (events will come)."""
         return self._registered.is_set()
 
+    @property
+    def started(self) -> bool:
+        """Whether `start` was called and `stop` was not."""
+        return self._thread is not None and not self._stopping.is_set()
+
     def wait_registered(self, timeout: float) -> bool:
         """Wait until the runtime has registered and synchronized us; False on time-out."""
         return self._registered.wait(timeout)

@@ -20,7 +20,7 @@ LAYERS: dict[str, set[str]] = {
         "hookspecs",
         "patterns",
     },
-    "effects": {"netlink", "rtnl", "kubeconfig", "kubeapi", "kit.sysfs"},
+    "effects": {"netlink", "rtnl", "nsfs", "rdmanl", "kubeconfig", "kubeapi", "kit.sysfs"},
     "kit": {"kit", "kit.netconfig", "kit.hostaddr", "kit.hostif", "kit.rdma"},
     "core": {
         "registry",
@@ -28,6 +28,8 @@ LAYERS: dict[str, set[str]] = {
         "claims",
         "cdi",
         "records",
+        "moves",
+        "injection",
         "slices",
         "settings",
         "admission",
@@ -46,6 +48,8 @@ LAYERS: dict[str, set[str]] = {
         "gc",
         "status",
         "publisher",
+        "sandboxes",
+        "placing",
     },
     "kubelet": {"kubelet", "kubelet.sockets", "kubelet.server", "kubelet.proto"},
     "nri": {
