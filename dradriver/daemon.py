@@ -208,7 +208,8 @@ def choose_injection(
         mode, why = CDI, f"auto: no NRI socket at {socket} (NRI is off in the runtime)"
     else:
         plugin.start()
-        accepted = plugin.wait_registered(NRI_REGISTRATION_WAIT)
+        unreachable = plugin.first_attempt(NRI_REGISTRATION_WAIT)
+        accepted = unreachable is None and plugin.wait_registered(NRI_REGISTRATION_WAIT)
         if wanted == NRI:
             mode, needed, warn = NRI, True, not accepted
             why = "--injection nri" + (
@@ -220,6 +221,8 @@ def choose_injection(
         elif accepted:
             mode, needed = NRI, True
             why = f"auto: the runtime accepted the NRI plugin at {socket}"
+        elif unreachable is not None:
+            mode, why = CDI, f"auto: nothing accepts connections at {socket} ({unreachable})"
         else:
             mode = CDI
             why = (

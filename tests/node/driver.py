@@ -1,10 +1,13 @@
 """The driver on the local node, run the way its DaemonSet would run it.
 
 One mode exists: "host-process". The driver runs as a host process inside the
-node's network namespace, with the kubelet's plugin directories, containerd's CDI
-directory, `--pod-uid`, and a token of the `dra-driver` ServiceAccount bound to a
-Pod on the node. That Pod is real and running: busybox sleeping in `dra-system`,
-named as the DaemonSet's pods are (`dra-driver-<5 characters>`), so the API server
+node's network and mount namespaces (where the runtime mounts pods' network
+namespaces, as a DaemonSet pod sees the host's `/var/run/netns` with HostToContainer
+propagation), with the kubelet's plugin directories, containerd's CDI directory, the
+node's NRI socket (`--injection` is left at its default, auto, as a user gets it),
+`--pod-uid`, and a token of the `dra-driver` ServiceAccount bound to a Pod on the
+node. That Pod is real and running: busybox sleeping in `dra-system`, named as the
+DaemonSet's pods are (`dra-driver-<5 characters>`), so the API server
 adds `authentication.kubernetes.io/node-name` to the driver's requests and the
 admission policy of deploy/driver.yaml sees exactly what it would see for the
 DaemonSet. (A "daemonset" mode that runs deploy/driver.yaml itself from an image
@@ -27,6 +30,9 @@ from .layout import PARENT
 from .localnode import LocalNode
 
 STAND_IN_LABEL = "dra-driver.example.com/host-process"
+# The claim address ranges of the tests' and examples' addresses (documentation ranges
+# and ULAs; none is the node's). (Branch `align` derives them from deploy/driver.yaml.)
+CLAIM_ADDRESS_RANGES = "192.0.2.0/24,198.51.100.0/24,203.0.113.0/24,fd00::/8,2001:db8::/32"
 
 
 def install_driver_objects(node: LocalNode) -> None:
@@ -132,10 +138,15 @@ class HostDriver:
                 kubeconfig,
                 node=self.node.name,
                 pod_uid=self.pod_uid,
-                args=("--virtual-parents", PARENT, *self.args),
+                args=(
+                    *("--virtual-parents", PARENT, "--nri-socket", str(lay.nri_socket)),
+                    *self.args,
+                ),
+                env={"DRA_CLAIM_ADDRESS_RANGES": CLAIM_ADDRESS_RANGES},
                 registry=lay.kubelet_registry,
                 plugins=lay.kubelet_plugins,
                 cdi=lay.cdi_dir,
+                enter=lay.enter(),
             )
             self.node.on_stop.append(self.stop)
         registrations = self.registrations()

@@ -101,5 +101,5 @@ def test_macvlan_on_a_parent_not_allowed_never_starts(
         return None
 
     message = wait_for("the kubelet to report the refused parent", refused, 60)
-    assert "gw0" in message and "$.parent" in message
+    assert "gw0" in message and "$.netdev.parent" in message
     assert cluster.pod(kns, "p")["status"]["phase"] == "Pending"
