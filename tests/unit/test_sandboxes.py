@@ -21,10 +21,12 @@ import pytest
 
 from dradriver.hookspecs import CDI, NRI, ClaimRef
 from dradriver.moves import IN, SPENT
-from dradriver.nri import PodSandbox
+from dradriver.nri import NriPlugin, PodSandbox
+from dradriver.nri.proto import api_pb2
 from dradriver.prepare import Preparer
 from dradriver.sandboxes import PodSandboxes
-from tests.support.fakekernel import Crash, restore
+from tests.support import nriruntime as stand_in
+from tests.support.fakekernel import Crash, FakeLink, restore
 from tests.unit.test_state_machine import (  # noqa: F401 - `node`: a fixture
     POD,
     UID,
@@ -61,6 +63,7 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
 }  # fmt: skip
 CONTAINER = {"veth": "net1", "macvlan": "data0", "host-device": "net2"}
 REF = ClaimRef("default", "c", UID)
+RUN, STOP, REMOVE = api_pb2.RUN_POD_SANDBOX, api_pb2.STOP_POD_SANDBOX, api_pb2.REMOVE_POD_SANDBOX
 
 
 def _pod(sandbox: str = "s1", netns: str = NETNS) -> PodSandbox:
@@ -477,3 +480,79 @@ def test_events_of_many_pods_from_two_threads_never_interleave_badly(node):
         _teardown(node, events, sb)
     assert all(o.error is None for o in preparer.unprepare(refs).values())
     assert node.files() == []
+
+
+# -- through the plugin runtime and the NRI stand-in -----------------------------------------
+
+
+def _nri_pod(sandbox: str, netns: str) -> Any:
+    msg = stand_in.pod(POD, netns)
+    msg.id = sandbox
+    return msg
+
+
+def test_two_instances_behind_the_nri_stand_in_move_once_and_give_back_once(node):
+    """A rolling update: the runtime calls both plugins (same name and index) for every
+    event, one after the other. Only the first does the work; the second finds it done."""
+    before = node.links()
+    _add_claim(node, "host-device")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    with stand_in.fake_runtime() as runtime:
+        plugins, conns = [], []
+        for _ in range(2):
+            plugin = NriPlugin(
+                runtime.path, _sandboxes(_preparer(node)), backoff_first=0.05, backoff_max=0.2
+            )
+            plugin.start()
+            plugins.append(plugin)
+            conn = runtime.accept()
+            conn.configure()
+            conn.synchronize([])
+            conns.append(conn)
+        try:
+            assert all(p.wait_registered(5) for p in plugins)
+            for conn in conns:  # RunPodSandbox, to each plugin in turn
+                assert conn.state_change(RUN, _nri_pod("s1", NETNS))
+            _check_inside(node, "host-device")
+            moves = [line for line in node.steps.log if line.startswith("move ")]
+            assert len(moves) == 1, moves
+            for conn in conns:
+                assert conn.state_change(STOP, _nri_pod("s1", NETNS))
+            assert node.links()["ens1"] == before["ens1"]  # given back and restored, once
+            node.kernel.remove_namespace(NETNS)
+            for conn in conns:
+                assert conn.state_change(REMOVE, _nri_pod("s1", ""))
+            assert [c.violations for c in conns] == [[], []]
+        finally:
+            for plugin in plugins:
+                plugin.stop()
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == []
+
+
+def test_a_failed_run_behind_the_nri_stand_in_names_the_pod_claim_and_interface(node):
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    node.kernel.namespaces[NETNS].table["net1"] = FakeLink(999, "net1", "dummy")  # taken
+    with stand_in.fake_runtime() as runtime:
+        plugin = NriPlugin(runtime.path, _sandboxes(preparer), backoff_first=0.05, backoff_max=0.2)
+        plugin.start()
+        try:
+            conn = runtime.accept()
+            conn.configure()
+            conn.synchronize([])
+            with pytest.raises(stand_in.CallFailed) as failed:
+                conn.state_change(RUN, _nri_pod("s1", NETNS))
+        finally:
+            plugin.stop()
+    message = failed.value.message
+    assert message.startswith(f"dra-driver: RunPodSandbox of pod default/app (uid {POD}): ")
+    assert f"claim default/c ({UID}): request nic: move drc" in message
+    assert "into the pod as net1: File exists" in message
+    del node.kernel.namespaces[NETNS].table["net1"]
+    _teardown(node, _sandboxes(preparer), _pod("s1"))
+    assert preparer.unprepare([REF])[UID].error is None
