@@ -168,7 +168,8 @@ class Translator:
             body = build(v, schema, path, where, whole)
             if body == "[]":
                 continue
-            if test_type in types or (test_type == "number" and "integer" in types):
+            only = types == [test_type] or (test_type == "number" and types == ["integer"])
+            if only:
                 parts.append(body)  # the type test below guards it already
             else:
                 parts.append(when(TYPE_TESTS[test_type].format(v=v), body))
