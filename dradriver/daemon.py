@@ -126,7 +126,7 @@ def run(settings: Settings) -> int:
     with lock:  # another instance (rolling update) may be preparing right now
         loaded, unusable = records.load_all()
         report = gc.reconcile(loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle)
-    sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics)
+    sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
     preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)

@@ -400,6 +400,10 @@ class RecordStore:
                 records.append(record)
         return records, problems
 
+    def claim_uids(self) -> list[str]:
+        """The claims with a record file (nothing is read, removed or quarantined)."""
+        return sorted(p.name[: -len(_SUFFIX)] for p in self._files())
+
     def _files(self) -> Iterator[Path]:
         try:
             entries = os.scandir(self.directory)

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dradriver import netlink, placing
 from dradriver.calls import CallGate, Deadline
@@ -43,6 +43,9 @@ from dradriver.log import event
 from dradriver.metrics import Metrics
 from dradriver.moves import IN, LEAVING, MOVING, SPENT, placement
 from dradriver.records import PREPARED, ClaimRecord, CorruptRecord, UnreadableRecord
+
+if TYPE_CHECKING:
+    from dradriver.prepare import StatusSink
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +82,20 @@ class PodSandboxes:
         metrics: Metrics | None = None,
         lock_wait: float = EVENT_LOCK_WAIT,
         sync_lock_wait: float = SYNC_LOCK_WAIT,
+        status: StatusSink | None = None,
     ) -> None:
-        """Wire the collaborators; `gate` holds the cross-instance lock prepare takes."""
+        """Wire the collaborators; `gate` holds the cross-instance lock prepare takes;
+        `status` gets a claim prepared again (its interfaces, and MACs, are new)."""
         self.lifecycle = lifecycle
         self.records = lifecycle.records
         self.gate = gate
         self.metrics = metrics
+        self.status = status
         self.lock_wait = lock_wait
         self.sync_lock_wait = sync_lock_wait
         self._guard = threading.Lock()
         self._ended: set[str] = set()  # sandboxes stopped or removed since the last sync
+        self._started: set[str] = set()  # sandboxes run since the last sync (not listed)
         self._pending: list[Sandbox] | None = None  # the newest sync snapshot, not done yet
         self._worker: threading.Thread | None = None
         self.synced = threading.Event()  # a background pass finished (tests, start-up)
@@ -97,6 +104,8 @@ class PodSandboxes:
 
     def run_pod_sandbox(self, pod: Sandbox) -> None:
         """Move the pod's interfaces into its sandbox's namespace."""
+        with self._guard:
+            self._started.add(pod.id)
         self._event("RunPodSandbox", pod, self._run, self.lock_wait)
 
     def stop_pod_sandbox(self, pod: Sandbox) -> None:
@@ -116,6 +125,7 @@ class PodSandboxes:
         with self._guard:
             self._pending = list(pods)
             self._ended.clear()
+            self._started.clear()
             if self._worker is not None and self._worker.is_alive():
                 return  # it takes the new snapshot when it is done with this one
             self.synced.clear()
@@ -217,6 +227,8 @@ class PodSandboxes:
                 claim=record.claim.uid,
                 sandbox=pod.id,
             )
+            if self.status is not None:
+                self.status.submit(record)
             todo = keys
         for key in todo:
             record.placement[key] = placement(MOVING, pod.id, pod.netns)
@@ -316,6 +328,8 @@ class PodSandboxes:
         live = {p.id: p for p in pods}
         self._forget_gone(live)
         for pod in pods:
+            if self.gate.draining:
+                return  # shutting down: the next instance's Synchronize does the rest
             with self._guard:
                 ended = pod.id in self._ended
             if ended or not pod.netns or not self.records.claims_of_pod(pod.uid):
@@ -347,19 +361,30 @@ class PodSandboxes:
 
     def _forget_gone(self, live: dict[str, Sandbox]) -> None:
         """Placements in sandboxes the runtime no longer has are spent."""
-        records, _ = self.records.load_all()
-        for record in records:
+        for uid in self.records.claim_uids():
+            if self.gate.draining:
+                return
+            try:
+                record = self.records.load(uid)
+            except DriverError:
+                continue  # reported where its claim is used
+            if record is None or record.injection != NRI:
+                continue
+            with self._guard:
+                known = set(live) | self._started
             gone = [
                 k
                 for k, where in record.placement.items()
-                if where.get("state") != SPENT and where.get("sandbox") not in live
+                if where.get("state") != SPENT and where.get("sandbox") not in known
             ]
-            if not gone or record.injection != NRI:
+            if not gone:
                 continue
             with self.gate.call():
                 if self.gate.acquire(Deadline.after(self.sync_lock_wait)) is not None:
                     continue
                 try:
+                    with self._guard:  # again: a sandbox may have been run meanwhile
+                        known = set(live) | self._started
                     fresh = self.records.load(record.claim.uid)
                     if fresh is None or fresh.phase != PREPARED:
                         continue
@@ -367,7 +392,7 @@ class PodSandboxes:
                         where = fresh.placement.get(key)
                         if (
                             where
-                            and where.get("sandbox") not in live
+                            and where.get("sandbox") not in known
                             and where.get("state") != SPENT
                         ):
                             fresh.placement[key] = {**where, "state": SPENT}

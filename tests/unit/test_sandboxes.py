@@ -242,8 +242,12 @@ def test_the_pods_next_sandbox_gets_the_claim_again(node, kind):
     node.kernel.remove_namespace(NETNS)
     assert {w["state"] for w in _record(node).placement.values()} == {SPENT}
     node.kernel.add_namespace(NETNS2)
+    written: list[Any] = []
+    sandboxes.status = type("Sink", (), {"submit": lambda _, r: written.append(r)})()
     sandboxes.run_pod_sandbox(_pod("s2", NETNS2))
     _check_inside(node, kind, NETNS2)
+    # Prepared again: its status (a new veth's MAC) is written again.
+    assert [r.claim.uid for r in written] == [UID]
     _teardown(node, sandboxes, _pod("s2", NETNS2))
     sandboxes.remove_pod_sandbox(_pod("s1", ""))
     assert preparer.unprepare([REF])[UID].error is None
@@ -555,4 +559,22 @@ def test_a_failed_run_behind_the_nri_stand_in_names_the_pod_claim_and_interface(
     assert "into the pod as net1: File exists" in message
     del node.kernel.namespaces[NETNS].table["net1"]
     _teardown(node, _sandboxes(preparer), _pod("s1"))
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_sandbox_run_after_the_synchronize_snapshot_is_not_taken_for_gone(node):
+    """Synchronize lists the sandboxes of its moment; one created right after it is
+    placed by its RunPodSandbox before the background pass looks at the records."""
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes = _sandboxes(preparer)
+    sandboxes.synced.set()
+    sandboxes.synchronize([])  # an empty node, a moment ago ...
+    sandboxes.run_pod_sandbox(_pod())  # ... then a pod's sandbox
+    assert sandboxes.synced.wait(5)
+    sandboxes.reconcile([])  # (the pass, done once more with that snapshot)
+    assert {w["state"] for w in _record(node).placement.values()} == {IN}
+    _teardown(node, sandboxes, _pod())
     assert preparer.unprepare([REF])[UID].error is None
