@@ -68,6 +68,13 @@ class Sandbox(Protocol):
     def netns(self) -> str: ...
 
 
+def _leaving(record: ClaimRecord, sandbox: str) -> bool:
+    """Whether a stop of `sandbox` was interrupted for one of the claim's devices."""
+    return any(
+        w.get("state") == LEAVING and w.get("sandbox") == sandbox for w in record.placement.values()
+    )
+
+
 def _claim(record: ClaimRecord) -> str:
     return f"claim {record.claim} ({record.claim.uid})"
 
@@ -209,8 +216,8 @@ class PodSandboxes:
     def _place(self, record: ClaimRecord, pod: Sandbox) -> None:
         """Move every device of the claim into the pod's sandbox (see the module doc)."""
         keys = [k for k, moves in record.moves.items() if moves]
-        todo = [k for k in keys if record.placement.get(k, {}).get("state") != IN
-                or record.placement[k].get("sandbox") != pod.id]  # fmt: skip
+        done = placement(IN, pod.id, pod.netns)
+        todo = [k for k in keys if record.placement.get(k) != done]
         if not todo:
             return
         if not all(self._ready(record, k, pod.id) for k in todo):
@@ -351,9 +358,7 @@ class PodSandboxes:
         """A running sandbox: finish what a crash interrupted, move in what it lacks."""
         if not netlink.netns_exists(pod.netns):
             return  # a stopped sandbox the runtime still lists
-        leaving = [r for r in records if any(
-            w.get("state") == LEAVING and w.get("sandbox") == pod.id for w in r.placement.values()
-        )]  # fmt: skip
+        leaving = [r for r in records if _leaving(r, pod.id)]
         if leaving:  # a crash during its stop: finish the stop
             self._stop(pod, leaving)
             return
