@@ -156,13 +156,26 @@ class HostDriver:
         return self
 
     def registrations(self) -> int:
-        """How often the kubelet has connected to this instance's service socket, by
-        the kubelet's own log (the driver logs it only at level info)."""
-        line = f'endpoint="{self.process.service_socket}" connected=true'
+        """How often the kubelet has registered this instance, by its own log: a
+        `RegisterPlugin started` for the instance's registration socket followed by its
+        connection to the service socket. (A connection alone is not one: after a
+        restart on the same socket paths, the kubelet's gRPC channel reconnects first,
+        and its plugin watcher then unregisters the instance and registers it again a
+        second later; a pod prepared in between fails and waits for the kubelet's
+        resync, 60-90 s.)"""
+        started = f'RegisterPlugin started" plugin={{"SocketPath":"{self.process.reg_socket}"'
+        connected = f'endpoint="{self.process.service_socket}" connected=true'
         try:
-            return (self.node.lay.logs / "kubelet.log").read_text(errors="replace").count(line)
+            log = (self.node.lay.logs / "kubelet.log").read_text(errors="replace")
         except FileNotFoundError:
             return 0
+        count, pending = 0, False
+        for line in log.splitlines():
+            if started in line:
+                pending = True
+            elif pending and connected in line:
+                count, pending = count + 1, False
+        return count
 
     def wait_registered(self, times: int = 1, timeout: float = 30) -> None:
         """Until the kubelet has registered this instance (the `times`-th time)."""
