@@ -36,6 +36,22 @@ def _is_cidr(value: object) -> bool:
     return True
 
 
+@FORMATS.checks("route-destination", raises=ValueError)
+def _is_destination(value: object) -> bool:
+    """A route's destination network (dradriver.iprules.parse_destination)."""
+    if isinstance(value, str):
+        iprules.parse_destination(value)
+    return True
+
+
+@FORMATS.checks("route-gateway", raises=ValueError)
+def _is_gateway(value: object) -> bool:
+    """A route's gateway (dradriver.iprules.parse_gateway)."""
+    if isinstance(value, str):
+        iprules.parse_gateway(value)
+    return True
+
+
 def _pattern(
     validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
@@ -179,7 +195,11 @@ def _build_schema(registry: HandlerRegistry, driver_name: str) -> dict[str, Any]
 
 def _describe(error: ValidationError) -> list[tuple[str, str, str]]:
     """(path, reason, keyword) for one schema error, pointing at the offending field."""
-    path, keyword = error.json_path, str(error.validator)
+    path, keyword = "$", str(error.validator)
+    for elem in error.absolute_path:
+        path = f"{path}[{elem}]" if isinstance(elem, int) else _join(path, elem)
+    if "propertyNames" in error.relative_schema_path and isinstance(error.instance, str):
+        path = _join(path, error.instance)  # a key refused: name the key, as for a value
     schema = error.schema if isinstance(error.schema, dict) else {}
     if keyword == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(schema.get("properties", {}))

@@ -9,13 +9,15 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from dradriver import gc, log, naming
 from dradriver.calls import CallGate
 from dradriver.config import ConfigSchema
 from dradriver.errors import DriverError
-from dradriver.hookspecs import HandlerContext
+from dradriver.hookspecs import CDI, NRI, HandlerContext
+from dradriver.injection import AUTO
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import KubeApi
 from dradriver.kubelet.server import KubeletServer
@@ -23,10 +25,12 @@ from dradriver.kubelet.sockets import SerializeLock, socket_paths
 from dradriver.linkreaper import LinkReaper
 from dradriver.log import event
 from dradriver.metrics import Metrics
+from dradriver.nri import NriPlugin
 from dradriver.prepare import Preparer
 from dradriver.publisher import Publisher
 from dradriver.records import RecordStore
 from dradriver.registry import HandlerRegistry
+from dradriver.sandboxes import PodSandboxes
 from dradriver.settings import Settings
 from dradriver.status import StatusWriter
 
@@ -36,6 +40,10 @@ REAPER_DRAIN_SECONDS = 5.0  # shutdown: for the deletion of links unprepares rel
 # How long shutdown waits for the calls in flight beyond their budget: a draining call
 # stops waiting at once and finishes only the claim it is working on.
 DRAIN_SLACK_SECONDS = 10.0
+# How long the NRI plugin may take to be accepted by the runtime at start (it takes
+# milliseconds when NRI is on); auto mode falls back to CDI after it.
+NRI_REGISTRATION_WAIT = 5.0
+NRI_NAG_SECONDS = 30.0  # how often a plugin that is needed but not connected is reported
 
 
 def context_of(settings: Settings, api_server: str | None = None) -> HandlerContext:
@@ -121,6 +129,11 @@ def run(settings: Settings) -> int:
     with lock:  # another instance (rolling update) may be preparing right now
         loaded, unusable = records.load_all()
         report = gc.reconcile(loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle)
+    sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
+    plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
+    nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
+    preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)
+    metrics.set_injection(preparer.injection)
     prepared = len(report.prepared_claims)
     metrics.prepared_claims.set(prepared)
     event(
@@ -166,11 +179,84 @@ def run(settings: Settings) -> int:
         driver=settings.driver_name,
         startup_seconds=round(time.monotonic() - started, 3),
     )
-    stop.wait()
+    while not stop.wait(NRI_NAG_SECONDS):
+        if plugin_needed and not plugin.connected:
+            event(
+                logger,
+                logging.ERROR,
+                "the NRI plugin is not connected to the runtime: pods of claims prepared in "
+                "NRI mode get no interfaces until it is",
+                socket=str(settings.nri_socket),
+            )
+    plugin.stop()  # first: the runtime stops calling this instance (the new one, if any, stays)
     shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS, preparer.reaper)
     publisher.stop()
     status.stop()
     return 0
+
+
+def choose_injection(
+    settings: Settings, plugin: NriPlugin, nri_claims: Sequence[str]
+) -> tuple[str, bool]:
+    """The injection mode for new claims, and whether the NRI plugin runs: `cdi` never
+    starts it (unless claims prepared in NRI mode exist), `nri` starts it and keeps it
+    whatever happens, `auto` keeps it and says NRI if the runtime accepts it in time,
+    else CDI. The mode is logged with the reason."""
+    wanted = settings.injection
+    socket = settings.nri_socket
+    needed, warn = bool(nri_claims), False
+    if wanted == CDI:
+        mode, why = CDI, "--injection cdi"
+    elif wanted == AUTO and not socket.exists():
+        mode, why = CDI, f"auto: no NRI socket at {socket} (NRI is off in the runtime)"
+    else:
+        plugin.start()
+        unreachable = plugin.first_attempt(NRI_REGISTRATION_WAIT)
+        accepted = unreachable is None and plugin.wait_registered(NRI_REGISTRATION_WAIT)
+        if wanted == NRI:
+            mode, needed, warn = NRI, True, not accepted
+            why = "--injection nri" + (
+                ""
+                if accepted
+                else f"; the runtime has not accepted the NRI plugin at {socket} yet: pods "
+                "get no interfaces until it does"
+            )
+        elif accepted:
+            mode, needed = NRI, True
+            why = f"auto: the runtime accepted the NRI plugin at {socket}"
+        elif unreachable is not None:
+            mode, why = CDI, f"auto: nothing accepts connections at {socket} ({unreachable})"
+        else:
+            mode = CDI
+            why = (
+                f"auto: the runtime did not accept the NRI plugin at {socket} within "
+                f"{NRI_REGISTRATION_WAIT:g} s"
+            )
+    if needed and not plugin.started:
+        plugin.start()
+        if not socket.exists():
+            for uid in nri_claims:
+                event(
+                    logger,
+                    logging.ERROR,
+                    "claim prepared in NRI mode, but there is no NRI socket: its pods get no "
+                    "interfaces until the runtime has NRI on",
+                    claim=uid,
+                    socket=str(socket),
+                )
+    elif not needed and plugin.started:
+        plugin.stop()
+    level = logging.WARNING if warn else logging.INFO
+    event(
+        logger,
+        level,
+        "injection mode",
+        mode=mode,
+        reason=why,
+        nri_plugin="running" if needed else "off",
+        nri_claims=len(nri_claims),
+    )
+    return mode, needed
 
 
 def shutdown(

@@ -16,8 +16,10 @@ from pathlib import Path
 from dradriver import cdi, naming, netlink
 from dradriver.atomicfile import remove_durably, remove_stale_temp_files
 from dradriver.errors import DriverError
+from dradriver.hookspecs import NRI
 from dradriver.lifecycle import ClaimLifecycle
 from dradriver.log import event
+from dradriver.moves import SPENT, placement
 from dradriver.records import PREPARED, PREPARING, ClaimRecord
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,10 @@ def reconcile(
         uid = record.claim.uid
         try:
             if record.phase == PREPARING:
-                lifecycle.roll_back(record)
+                restored = lifecycle.roll_back(record)
                 report.rolled_back_claims.append(uid)
+                if restored is not None:  # an interrupted repair: the old record is back
+                    prepared.append(restored)
             elif record.phase == PREPARED:
                 kept = _keep_true(record, lifecycle, present, report)
                 if kept is not None:
@@ -120,6 +124,12 @@ def _keep_true(
     if lost:  # kept: its pod may be running; only a record of an older driver lacks specs
         report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
     stale = lifecycle.is_intact(record, present)
+    if stale is not None and record.injection == NRI:
+        # In NRI mode the claim outlives its pod's sandboxes: a veth dies with the
+        # namespace it was moved into, and the pod's next sandbox gets the claim
+        # prepared again (dradriver.sandboxes). Unprepare still finishes it.
+        _mark_spent(record, present, lifecycle)
+        return record
     if stale is not None:
         # The claim's objects were destroyed (its pod's namespace went, or an unprepare
         # was interrupted): finish that unprepare.
@@ -134,6 +144,26 @@ def _keep_true(
         report.finished_claims.append(uid)
         return None
     return record
+
+
+def _mark_spent(record: ClaimRecord, present: set[str], lifecycle: ClaimLifecycle) -> None:
+    """Devices whose host-side interfaces are gone: spent (prepared again before a move)."""
+    changed = False
+    for device in record.devices:
+        where = record.placement.get(device.key, {})
+        if where.get("state") != SPENT and any(n not in present for n in device.host_interfaces):
+            record.placement[device.key] = placement(
+                SPENT, where.get("sandbox", ""), where.get("netns", "")
+            )
+            changed = True
+    if changed:
+        lifecycle.records.save(record)
+        event(
+            log,
+            logging.INFO,
+            "claim's interfaces went with its pod's sandbox",
+            claim=record.claim.uid,
+        )
 
 
 def _delete_leaked_links(owner: str, known: set[str], owned: set[str], report: Report) -> None:

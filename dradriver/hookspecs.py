@@ -31,6 +31,16 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 ATTR_TYPE = "type"
 ATTR_KIND = "kind"
 
+# How interfaces reach pods (README, "Injection modes"): the runtime moves them when it
+# creates a container (CDI netDevices), or the driver moves them into the pod sandbox's
+# network namespace when the runtime creates it (NRI).
+CDI = "cdi"
+NRI = "nri"
+NEEDS_NRI = (
+    "needs the NRI injection mode (--injection nri, or auto with NRI enabled in the "
+    "container runtime)"
+)
+
 
 @dataclass(frozen=True)
 class Version:
@@ -146,6 +156,12 @@ class DeviceRequest:
     Before a handler creates or changes anything (a link, a host NIC, a VF's settings)
     it calls `journal(undo)` with what `unprepare` needs to undo it; the core keeps it
     (a record in phase "preparing"), so a crash in between is undone at the next start.
+
+    `injection` is how the claim's interfaces reach the pod: CDI (the runtime moves
+    them at container creation and keeps the addresses it finds on the host side) or
+    NRI (the driver moves them into the pod's namespace and configures them there:
+    the host never holds a claim's addresses, and routes, sysctls and exclusive RDMA
+    become possible).
     """
 
     claim: ClaimRef
@@ -161,6 +177,7 @@ class DeviceRequest:
     journal: Callable[[Mapping[str, Any]], None] = field(
         default=_no_journal, compare=False, repr=False
     )
+    injection: str = CDI
 
 
 @dataclass(frozen=True)
@@ -180,6 +197,43 @@ class NetworkData:
 
 
 @dataclass(frozen=True)
+class PodRoute:
+    """A route the NRI mode installs in the pod's namespace, on the claim's interface."""
+
+    destination: str  # a network in CIDR form, e.g. 10.20.0.0/16 or 0.0.0.0/0
+    gateway: str | None = None
+    metric: int | None = None
+
+
+@dataclass(frozen=True)
+class PodSysctl:
+    """A per-interface sysctl the NRI mode writes in the pod's namespace:
+    net.<family>.conf.<interface>.<key> = value."""
+
+    family: str  # ipv4 or ipv6
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class PodInterface:
+    """An interface the NRI mode moves into the pod's network namespace (what a CDI
+    netDevices entry says, plus what a move loses and what only the pod may hold).
+
+    `returns`: a physical interface (host NIC, VF, RoCE netdev) the kernel gives back to
+    the host when the namespace goes; the driver moves it back itself when the sandbox
+    stops, and restores it as unprepare does. A virtual one dies with the namespace.
+    """
+
+    host: str
+    container: str
+    addresses: tuple[str, ...] = ()
+    routes: tuple[PodRoute, ...] = ()
+    sysctls: tuple[PodSysctl, ...] = ()
+    returns: bool = False
+
+
+@dataclass(frozen=True)
 class Prepared:
     """Result of a prepare: CDI container edits plus everything unprepare needs.
 
@@ -188,6 +242,10 @@ class Prepared:
     `created_interfaces` are the tagged interfaces this prepare created (start-up
     reconciliation deletes tagged interfaces no record lists); `host_interfaces` are
     those that stay on the host while prepared (a missing one is reported at start).
+    `pod_interfaces` and `pod_rdma` are what the NRI mode moves into the pod's
+    namespace: interfaces (in CDI mode the edits' netDevices say the same to the
+    runtime; a handler that leaves them empty gets each netDevice moved as it is) and
+    RDMA devices in exclusive netns mode.
     """
 
     edits: Mapping[str, Any]
@@ -195,6 +253,8 @@ class Prepared:
     network_data: NetworkData | None = None
     created_interfaces: tuple[str, ...] = ()
     host_interfaces: tuple[str, ...] = ()
+    pod_interfaces: tuple[PodInterface, ...] = ()
+    pod_rdma: tuple[str, ...] = ()
 
 
 class Handler(Protocol):

@@ -129,3 +129,51 @@ def host_network(address: str, prefixlen: int | None = None) -> Network:
     """A network from an address and prefix length (a single address without one)."""
     ip = ipaddress.ip_address(address)
     return ipaddress.ip_network((ip, ip.max_prefixlen if prefixlen is None else prefixlen), False)
+
+
+_MAPPED = _net("::ffff:0:0/96")
+_BROADCAST = ipaddress.ip_address("255.255.255.255")
+
+
+def parse_destination(text: object) -> Network:
+    """A route's destination (the `route-destination` format): a network in canonical
+    CIDR form, host bits clear (0.0.0.0/0 and ::/0 included); ValueError says why not."""
+    if not isinstance(text, str):
+        raise ValueError("must be a string such as 10.20.0.0/16 or 0.0.0.0/0")
+    address, slash, prefix = text.partition("/")
+    if not slash:
+        raise ValueError("needs a prefix length, e.g. 10.20.0.0/16 (0.0.0.0/0: the default)")
+    if "%" in address:
+        raise ValueError("an address zone (%...) is not allowed")
+    if not (prefix.isascii() and prefix.isdigit()):
+        raise ValueError("the prefix length must be a decimal number (not a netmask)")
+    family = ipaddress.IPv6Network if ":" in address else ipaddress.IPv4Network
+    try:
+        network = family(text)
+    except ValueError as exc:
+        if "host bits" in str(exc):
+            loose = family(text, strict=False)
+            raise ValueError(f"has host bits set: the network is {loose}") from None
+        raise
+    if network.version == 6 and network.network_address in _MAPPED:
+        raise ValueError("IPv4-mapped (::ffff:0:0/96); write the IPv4 network itself")
+    if str(network) != text:
+        raise ValueError(f"write it in canonical form: {network}")
+    return network
+
+
+def parse_gateway(text: object) -> Address:
+    """A route's gateway (the `route-gateway` format): a unicast address in canonical
+    form (link-local allowed: IPv6 routers are usually fe80::...); ValueError says why not."""
+    if not isinstance(text, str):
+        raise ValueError("must be a string such as 10.20.0.1 or fe80::1")
+    if "/" in text or "%" in text:
+        raise ValueError("an address alone: no prefix length, no zone")
+    ip = ipaddress.ip_address(text)  # its ValueError says what is wrong
+    if ip.version == 6 and ip in _MAPPED:
+        raise ValueError("IPv4-mapped (::ffff:0:0/96); write the IPv4 address itself")
+    if ip.is_unspecified or ip.is_loopback or ip.is_multicast or ip == _BROADCAST:
+        raise ValueError(f"{ip} is not a unicast address (unspecified, loopback, multicast)")
+    if str(ip) != text:
+        raise ValueError(f"write it in canonical form: {ip}")
+    return ip

@@ -12,7 +12,8 @@ survive a crash of the machine. Only the removal of a record at unprepare is dur
 A committed record is kept true: `is_intact` says when it no longer is (the machine
 rebooted, a spec file or a host interface it names is gone), `restore_specs` writes
 missing specs again from the record, `prepare_again` makes the kernel objects anew from
-the record (after a reboot), and `release` is unprepare.
+the record (after a reboot), `renew` does it after a pod sandbox used them up (NRI
+mode), and `release` is unprepare.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dradriver import cdi, linkreaper, netlink
+from dradriver import cdi, injection, linkreaper, netlink
 from dradriver.errors import ConfigError, DeviceError, DriverError
-from dradriver.hookspecs import ClaimRef, DeviceRequest, Handler, HandlerContext, Prepared
+from dradriver.hookspecs import CDI, NRI, ClaimRef, DeviceRequest, Handler, HandlerContext, Prepared
 from dradriver.inventory import Inventory
 from dradriver.log import event
+from dradriver.moves import moves_of
 from dradriver.phases import phase
 from dradriver.plan import Plan
 from dradriver.records import PREPARED, PREPARING, ClaimRecord, RecordStore
@@ -81,10 +83,15 @@ class ClaimLifecycle:
     ) -> ClaimRecord:
         """Prepare every planned device, write the specs, commit the record; all or nothing.
 
+        The plans' requests say the injection mode (all the same); in NRI mode the specs
+        carry no netDevices and the record says what moves into the pod's namespace.
         `replacing`: the committed record this one replaces (prepare_again); should this
         commit be rolled back, that record is put back, so the repair is tried again.
         """
-        record = ClaimRecord(ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id)
+        mode = plans[0].req.injection if plans else CDI
+        record = ClaimRecord(
+            ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id, injection=mode
+        )
         if replacing is not None:
             record.extra[_REPLACING] = json.loads(replacing.to_json())
         done: list[tuple[Plan, Prepared]] = []
@@ -99,6 +106,8 @@ class ClaimLifecycle:
                 done.append((plan, prepared))
                 record.devices.append(plan.record(prepared.undo, prepared))
                 record.configs[plan.req.key] = dict(plan.req.config)
+                if mode == NRI:
+                    record.moves[plan.req.key] = moves_of(prepared)
             with phase("specs"):
                 record.specs = self._specs(ref, done)
                 record.cdi_specs = sorted(record.specs)
@@ -116,7 +125,7 @@ class ClaimLifecycle:
             self.undo(ref, [(p.handler, pr.undo) for p, pr in done])
             self.records.unindex(record)
             if replacing is not None:
-                self.records.save(replacing)
+                self._put_back(replacing)
             raise
         return record
 
@@ -132,12 +141,14 @@ class ClaimLifecycle:
         return journal
 
     def _specs(self, ref: ClaimRef, done: list[tuple[Plan, Prepared]]) -> dict[str, Any]:
-        """One CDI spec per device type of the claim, each device under its plan's CDI ID."""
+        """One CDI spec per device type of the claim, each device under its plan's CDI ID
+        with its edits as the injection mode has them."""
         driver = self.context.driver_name
         by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         for plan, prepared in done:
             name = cdi.device_name(plan.cdi_device_id)
-            by_type.setdefault(plan.type, []).append((name, prepared.edits))
+            edits = injection.spec_edits(plan.req.injection, plan.req.request, prepared.edits)
+            by_type.setdefault(plan.type, []).append((name, edits))
         return {
             cdi.spec_path(self.cdi_dir, driver, type_, ref.uid).name: cdi.build_spec(
                 driver, type_, devices
@@ -157,8 +168,9 @@ class ClaimLifecycle:
         cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, ref.uid)
         self.records.delete(ref.uid)
 
-    def roll_back(self, record: ClaimRecord) -> None:
-        """Undo a prepare that was interrupted (its record never reached 'prepared')."""
+    def roll_back(self, record: ClaimRecord) -> ClaimRecord | None:
+        """Undo a prepare that was interrupted (its record never reached 'prepared');
+        the committed record an interrupted repair replaced is put back and returned."""
         event(log, logging.WARNING, "rolling back interrupted prepare", claim=record.claim.uid)
         steps = []
         for device in record.devices:
@@ -176,8 +188,19 @@ class ClaimLifecycle:
         self.undo(record.claim, steps)
         self.records.unindex(record)
         previous = record.extra.get(_REPLACING)
-        if previous is not None:  # an interrupted prepare_again: the claim stays prepared
-            self.records.save(ClaimRecord.from_json(json.dumps(previous).encode()))
+        if previous is None:
+            return None
+        # An interrupted prepare_again: the claim stays prepared.
+        restored = ClaimRecord.from_json(json.dumps(previous).encode())
+        self._put_back(restored)
+        return restored
+
+    def _put_back(self, record: ClaimRecord) -> None:
+        """The committed record a failed repair replaced, with its specs and pod index
+        entries (undoing the repair removed them)."""
+        self.records.save(record)
+        self.restore_specs(record)
+        self.records.index(record)
 
     def release(self, record: ClaimRecord) -> None:
         """Unprepare: handlers newest first, then the specs, then the record. Links the
@@ -255,6 +278,25 @@ class ClaimLifecycle:
             )
         return lost
 
+    def renew(self, record: ClaimRecord) -> ClaimRecord:
+        """Make a prepared claim's kernel objects anew after a pod sandbox used them up
+        (NRI mode: a virtual link died with the sandbox's namespace, a physical one was
+        given back): what is left of them is undone first (a physical interface the
+        kernel returned is found by MAC and restored), then the claim is prepared again
+        from its record, with nothing placed in any sandbox."""
+        missing = [d.request for d in record.devices if d.key not in record.configs]
+        if missing:
+            raise DriverError(
+                f"request {missing[0]}: its record does not hold the device's config "
+                "(written by an older driver): it cannot be prepared again from the record"
+            )
+        for device in reversed(record.devices):
+            try:
+                self.registry.get(device.type, device.kind).unprepare(device.undo)
+            except DriverError as exc:
+                raise DriverError(f"request {device.request}: {exc}") from exc
+        return self.prepare_again(record)
+
     def prepare_again(self, record: ClaimRecord) -> ClaimRecord:
         """Make a prepared claim's kernel objects anew from its record (after a reboot)."""
         plans = []
@@ -277,6 +319,7 @@ class ClaimLifecycle:
                 config=config,
                 published=self.inventory.lookup(device.device),
                 context=self.context,
+                injection=record.injection,
             )
             cdi_id = device.cdi_device_id or cdi.device_id(
                 self.context.driver_name, device.type, record.claim.uid, device.key

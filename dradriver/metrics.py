@@ -1,4 +1,5 @@
-"""Prometheus metrics: prepare/unprepare counts, errors, latency, prepared claims."""
+"""Prometheus metrics: prepare/unprepare counts, errors, latency, prepared claims, the
+injection mode, pod sandbox events (NRI mode)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,25 @@ class Metrics:
         self.publishes = Counter(
             "dra_driver_slice_publishes", "ResourceSlice publish attempts", ["result"], registry=r
         )
+        self.injection_mode = Gauge(
+            "dra_driver_injection_mode",
+            "How new claims' interfaces reach pods: 1 for the mode in force (cdi or nri)",
+            ["mode"],
+            registry=r,
+        )
+        self.sandbox_events = Counter(
+            "dra_driver_sandbox_events",
+            "Pod sandbox events (NRI mode) that concerned claims of this driver",
+            ["event", "result"],
+            registry=r,
+        )
+        self.sandbox_latency = Histogram(
+            "dra_driver_sandbox_event_seconds",
+            "Time to handle one pod sandbox event (NRI mode), the lock wait included",
+            ["event"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
 
     def observe(self, operation: str, seconds: float, ok: bool) -> None:
         """Count one claim operation and its latency."""
@@ -68,6 +88,16 @@ class Metrics:
         self.call_seconds.labels(method).observe(clock.total)
         for name, seconds in clock.seconds.items():
             self.call_phase_seconds.labels(method, name).inc(seconds)
+
+    def set_injection(self, mode: str, modes: tuple[str, ...] = ("cdi", "nri")) -> None:
+        """Show `mode` as the injection mode in force."""
+        for m in modes:
+            self.injection_mode.labels(m).set(1 if m == mode else 0)
+
+    def observe_sandbox(self, event: str, seconds: float, ok: bool) -> None:
+        """Count one pod sandbox event and its latency."""
+        self.sandbox_events.labels(event, "success" if ok else "error").inc()
+        self.sandbox_latency.labels(event).observe(seconds)
 
     def serve(self, addr: str) -> None:
         """Serve /metrics on `addr` (host:port) from a daemon thread."""

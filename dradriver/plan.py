@@ -10,6 +10,7 @@ from dradriver import cdi, claims, naming
 from dradriver.config import ConfigSchema
 from dradriver.errors import ClaimError, ConfigError, DeviceError, DriverError
 from dradriver.hookspecs import (
+    CDI,
     ClaimRef,
     DeviceRequest,
     Handler,
@@ -55,8 +56,9 @@ class Planner:
         self.schema = schema
         self.registry = registry
 
-    def plan(self, ref: ClaimRef, device: claims.AllocatedDevice) -> Plan:
-        """Resolve and validate one allocated device; errors name the request."""
+    def plan(self, ref: ClaimRef, device: claims.AllocatedDevice, injection: str = CDI) -> Plan:
+        """Resolve and validate one allocated device for the `injection` mode; errors
+        name the request."""
         where = f"request {device.base_request}"
         try:
             if device.pool != self.context.node_name:
@@ -80,6 +82,7 @@ class Planner:
                 config=resolved.config,
                 published=published,
                 context=self.context,
+                injection=injection,
             )
             cdi_id = cdi.device_id(self.context.driver_name, resolved.type, ref.uid, req.key)
             return Plan(handler, req, resolved.type, handler.validate(req), cdi_id)

@@ -29,7 +29,7 @@ from dradriver.calls import DEFAULT_CALL_BUDGET, CallGate, Deadline
 from dradriver.config import ConfigSchema
 from dradriver.errors import ClaimError, DriverError, storage_error
 from dradriver.fetch import ClaimFetcher, ClaimSource, Fetched
-from dradriver.hookspecs import ClaimRef, HandlerContext
+from dradriver.hookspecs import CDI, ClaimRef, HandlerContext
 from dradriver.inventory import Inventory
 from dradriver.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.log import event
@@ -99,11 +99,13 @@ class Preparer:
         gate: CallGate | None = None,
         boot_id: str | None = None,
         link_deletion_delay: float = linkreaper.DEFAULT_DELAY,
+        injection: str = CDI,
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
         boot's (read from the kernel when not given); links of unprepared claims are
-        deleted `link_deletion_delay` seconds after the answer."""
+        deleted `link_deletion_delay` seconds after the answer; `injection` the mode new
+        claims are prepared in (a prepared claim keeps its own)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -114,6 +116,7 @@ class Preparer:
         self.status = status
         self.metrics = metrics
         self.gate = gate or CallGate()
+        self.injection = injection
         self.fetcher = ClaimFetcher(api)
         self.reaper = linkreaper.LinkReaper(
             self.gate.lock,
@@ -232,7 +235,7 @@ class Preparer:
             self.lifecycle.roll_back(record)
         with phase("plan"):
             resolved = claims.resolve(claim(), ref, self.context.driver_name)
-            plans = [self._planner.plan(ref, device) for device in resolved.devices]
+            plans = [self._planner.plan(ref, device, self.injection) for device in resolved.devices]
             if not plans:
                 return []  # no device of ours in this claim: nothing to do, nothing to record
             uses = [(p.req.request, p.validated.container_interfaces) for p in plans]

@@ -37,12 +37,14 @@ from typing import Any
 from dradriver import naming
 from dradriver.atomicfile import remove_durably, remove_stale_temp_files, write_atomic
 from dradriver.errors import DriverError
-from dradriver.hookspecs import ClaimRef, DeviceRequest, NetworkData, Prepared, Validated
+from dradriver.hookspecs import CDI, ClaimRef, DeviceRequest, NetworkData, Prepared, Validated
 from dradriver.log import event
+from dradriver.moves import Move
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # what this code writes and understands (2: `writer`, unknown fields kept)
+FORMAT = 3  # what this code writes and understands (2: `writer`, unknown fields kept;
+# 3: `injection`, `moves`, `placement` of the NRI mode, all top-level)
 READABLE_FROM = 1  # the oldest format whose readers can use what this code writes
 PREPARING = "preparing"
 PREPARED = "prepared"
@@ -62,6 +64,9 @@ _CLAIM_KEYS = {
     "bootId",
     "configs",
     "specs",
+    "injection",
+    "moves",
+    "placement",
 }
 _DEVICE_KEYS = {
     "key",
@@ -192,6 +197,11 @@ class ClaimRecord:
     key) and `specs` (by file name) are what it takes to prepare the claim again, or to
     write its CDI specs again, from the record alone (after a reboot, or when the CDI
     directory was emptied). All three are top-level, so format 1 readers ignore them.
+
+    `injection` is the mode the claim was prepared in (CDI or NRI): it keeps it across
+    restarts and mode changes. In NRI mode `moves` (by device key) say what goes into
+    the pod's namespace and `placement` (by device key) where it is now (see IN etc.;
+    a sandbox ID and its namespace path). Top-level too (format 3).
     """
 
     claim: ClaimRef
@@ -202,6 +212,9 @@ class ClaimRecord:
     boot_id: str | None = None
     configs: dict[str, Any] = field(default_factory=dict)
     specs: dict[str, Any] = field(default_factory=dict)
+    injection: str = CDI
+    moves: dict[str, list[Move]] = field(default_factory=dict)
+    placement: dict[str, dict[str, str]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
 
     def answer(self) -> list[DeviceAnswer]:
@@ -227,6 +240,9 @@ class ClaimRecord:
             "bootId": self.boot_id,
             "configs": self.configs,
             "specs": self.specs,
+            "injection": self.injection,
+            "moves": {k: [m.to_json() for m in v] for k, v in self.moves.items()},
+            "placement": self.placement,
         }
         # One line: without `indent` json uses its C encoder (several times faster, and
         # a record is written twice per prepare); `jq . <file>` reads it as well.
@@ -259,6 +275,12 @@ class ClaimRecord:
                 boot_id=doc.get("bootId"),
                 configs=dict(doc.get("configs") or {}),
                 specs=dict(doc.get("specs") or {}),
+                injection=str(doc.get("injection") or CDI),
+                moves={
+                    str(k): [Move.from_json(m) for m in v]
+                    for k, v in (doc.get("moves") or {}).items()
+                },
+                placement={str(k): dict(v) for k, v in (doc.get("placement") or {}).items()},
                 extra={k: v for k, v in doc.items() if k not in _CLAIM_KEYS},
             )
         except (KeyError, TypeError) as exc:
@@ -269,7 +291,8 @@ def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:
     """Bring a record of an older writer up to FORMAT, in memory.
 
     Format 1 had no `writer`, `bootId`, `configs` or `specs` (their defaults: unknown
-    boot, and a claim that can only be prepared again from the API).
+    boot, and a claim that can only be prepared again from the API); formats 1 and 2 no
+    `injection`, `moves`, `placement` (CDI mode, nothing to move).
     """
     doc.setdefault("writer", 1)
     return doc
@@ -378,6 +401,10 @@ class RecordStore:
             if record is not None:
                 records.append(record)
         return records, problems
+
+    def claim_uids(self) -> list[str]:
+        """The claims with a record file (nothing is read, removed or quarantined)."""
+        return sorted(p.name[: -len(_SUFFIX)] for p in self._files())
 
     def _files(self) -> Iterator[Path]:
         try:

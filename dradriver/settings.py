@@ -7,9 +7,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dradriver import iprules, naming
+from dradriver import injection, iprules, naming
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
+DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"  # NRI's DefaultSocketPath
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 
 # Flags whose environment variable is a Kubernetes convention rather than DRA_<FLAG>.
 _ENV_OVERRIDES = {"node_name": "NODE_NAME", "pod_uid": "POD_UID", "kubeconfig": "KUBECONFIG"}
@@ -40,6 +42,9 @@ class Settings:
     claim_address_ranges: tuple[str, ...] = field(default_factory=tuple)
     dev_root: Path = Path("/dev")
     log_level: str = "info"
+    injection: str = injection.AUTO
+    nri_socket: Path = Path(DEFAULT_NRI_SOCKET)
+    nri_plugin_index: str = "10"
 
     @property
     def state_dir(self) -> Path:
@@ -152,6 +157,28 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         type=float,
     )
     flag("--log-level", "log_level", "info", "debug, info, warning or error")
+    flag(
+        "--injection",
+        "injection",
+        injection.AUTO,
+        "how interfaces reach pods: cdi (CDI netDevices: the runtime moves them into the "
+        "first container that references the claim), nri (the driver's NRI plugin moves "
+        "them into the pod sandbox's namespace: containers may restart), auto (nri when "
+        "the runtime's NRI socket accepts the plugin at start, else cdi)",
+    )
+    flag(
+        "--nri-socket",
+        "nri_socket",
+        DEFAULT_NRI_SOCKET,
+        "the container runtime's NRI socket (containerd: [plugins.'io.containerd.nri.v1.nri'] "
+        "socket_path)",
+    )
+    flag(
+        "--nri-plugin-index",
+        "nri_plugin_index",
+        "10",
+        "two digits: where the runtime calls the driver's NRI plugin among its plugins",
+    )
 
 
 def from_args(args: argparse.Namespace) -> Settings:
@@ -201,8 +228,28 @@ def from_args(args: argparse.Namespace) -> Settings:
             "call_budget": float(args.call_budget),
             "link_deletion_delay": float(args.link_deletion_delay),
             "log_level": args.log_level,
+            **_nri_settings(args),
         }
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _nri_settings(args: argparse.Namespace) -> dict[str, object]:
+    """--injection, --nri-socket and --nri-plugin-index, checked."""
+    mode = str(args.injection).strip().lower()
+    if mode not in injection.SETTINGS:
+        raise SystemExit(
+            f"--injection must be one of {', '.join(injection.SETTINGS)}, got {args.injection!r}"
+        )
+    socket = str(args.nri_socket)
+    if not socket.startswith("/") or len(socket.encode()) > MAX_SOCKET_PATH:
+        raise SystemExit(
+            f"--nri-socket must be an absolute path of at most {MAX_SOCKET_PATH} bytes, "
+            f"got {socket!r}"
+        )
+    index = str(args.nri_plugin_index)
+    if not (len(index) == 2 and index.isascii() and index.isdigit()):
+        raise SystemExit(f"--nri-plugin-index must be two digits, e.g. 10, got {index!r}")
+    return {"injection": mode, "nri_socket": Path(socket), "nri_plugin_index": index}
 
 
 def _split(value: object) -> tuple[str, ...]:

@@ -4,12 +4,14 @@
 "<path>: <reason>" per problem of `value` (a CEL expression) under `schema`, empty when
 valid. It reads the keywords the handlers use with the driver's semantics (see
 dradriver/config.py): types (integer: a 64-bit JSON integer), enum, const, not {enum},
-pattern (dradriver/patterns.py's common dialect), format cidr (a claim's address:
-Kubernetes' isCIDR and dradriver.iprules' rule 1), string lengths, numeric ranges,
-arrays (items, sizes, uniqueness) and objects (properties, additionalProperties false).
-A keyword it cannot translate is left unchecked (the policy stays lenient: the node
-still checks) and reported as a warning. Every list and object is bounded before it is
-iterated, so the cost stays small whatever the input.
+pattern (dradriver/patterns.py's common dialect), formats cidr (a claim's address:
+Kubernetes' isCIDR and dradriver.iprules' rule 1), route-destination and route-gateway
+(Kubernetes' isCIDR/isIP, which the driver matches), string lengths, numeric ranges,
+arrays (items, sizes, uniqueness) and objects (properties, additionalProperties false or
+a schema, propertyNames, maxProperties; required inside list items, which are never
+merged). A keyword it cannot translate is left unchecked (the policy stays lenient: the
+node still checks) and reported as a warning. Every list and object is bounded before it
+is iterated, so the cost stays small whatever the input.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ TYPE_NAMES = {
 STRING_KEYWORDS = {"pattern", "format", "minLength", "maxLength", "not"}
 NUMBER_KEYWORDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 ARRAY_KEYWORDS = {"items", "maxItems", "minItems", "uniqueItems"}
-OBJECT_KEYWORDS = {"properties", "additionalProperties", "required"}
+OBJECT_KEYWORDS = {
+    "properties", "additionalProperties", "required", "propertyNames", "maxProperties",
+}  # fmt: skip
 TRANSLATED = (
     {"type", "enum", "const", "description"}
     | STRING_KEYWORDS
@@ -136,8 +140,13 @@ class Translator:
         """A fresh comprehension variable name."""
         return f"x{next(self._names)}"
 
-    def issues(self, v: str, schema: Mapping[str, Any], path: str, where: str) -> str:
-        """CEL list(string): the problems of value `v` at CEL string `path` under `schema`."""
+    def issues(
+        self, v: str, schema: Mapping[str, Any], path: str, where: str, whole: bool = False
+    ) -> str:
+        """CEL list(string): the problems of value `v` at CEL string `path` under `schema`.
+
+        `whole`: `v` is never merged with another config's (an item of a list, which a
+        later config replaces as a whole), so its `required` fields can be checked."""
         description = schema.get("description")
         schema = {k: s for k, s in schema.items() if k not in IGNORED}
         if description:
@@ -156,10 +165,11 @@ class Translator:
         ):
             if not group & schema.keys():
                 continue
-            body = build(v, schema, path, where)
+            body = build(v, schema, path, where, whole)
             if body == "[]":
                 continue
-            if test_type in types or (test_type == "number" and "integer" in types):
+            only = types == [test_type] or (test_type == "number" and types == ["integer"])
+            if only:
                 parts.append(body)  # the type test below guards it already
             else:
                 parts.append(when(TYPE_TESTS[test_type].format(v=v), body))
@@ -187,7 +197,9 @@ class Translator:
         want = schema["const"]
         return f"{v} == {lit(want)} ? [] : [{path} + {lit(': must be ' + plain(want))}]"
 
-    def _string(self, v: str, schema: Mapping[str, Any], path: str, where: str) -> str:
+    def _string(
+        self, v: str, schema: Mapping[str, Any], path: str, where: str, whole: bool = False
+    ) -> str:
         described: list[str] = []  # conditions whose failure the description explains
         parts: list[str] = []
         pattern = schema.get("pattern")
@@ -209,8 +221,8 @@ class Translator:
             reason = description or (f"must match {pattern}" if pattern else "a reserved value")
             parts.append(f"{' && '.join(described)} ? [] : [{invalid} + {lit(reason)}]")
         fmt = schema.get("format")
-        if fmt == "cidr":
-            parts.append(_cidr(v, invalid))
+        if fmt in FORMATS:
+            parts.append(FORMATS[fmt](v, invalid))
         elif fmt is not None:
             self.warnings.append(f"{where}: format {fmt} is not checked")
         if "minLength" in schema:
@@ -225,7 +237,9 @@ class Translator:
         reason = description or f"must be at most {n} characters long"
         return when(f"size({v}) > {n}", f"[{invalid} + {lit(reason)}]", body)
 
-    def _number(self, v: str, schema: Mapping[str, Any], path: str, where: str) -> str:
+    def _number(
+        self, v: str, schema: Mapping[str, Any], path: str, where: str, whole: bool = False
+    ) -> str:
         conds, words = [], []
         for kw, op, word in (
             ("minimum", ">=", "at least"),
@@ -244,7 +258,9 @@ class Translator:
             reason = " must be " + " and ".join(words)
         return f"{' && '.join(conds)} ? [] : [{path} + ': ' + string({v}) + {lit(reason)}]"
 
-    def _array(self, v: str, schema: Mapping[str, Any], path: str, where: str) -> str:
+    def _array(
+        self, v: str, schema: Mapping[str, Any], path: str, where: str, whole: bool = False
+    ) -> str:
         parts: list[str] = []
         if "minItems" in schema:
             n = int(schema["minItems"])
@@ -259,7 +275,7 @@ class Translator:
         if "items" in schema:
             i, x, m = self.var(), self.var(), self.var()
             item = self.issues(
-                x, schema["items"], f"{path} + '[' + string({i}) + ']'", f"{where}[]"
+                x, schema["items"], f"{path} + '[' + string({i}) + ']'", f"{where}[]", True
             )
             if item != "[]":
                 parts.append(
@@ -274,26 +290,77 @@ class Translator:
         )
         return f"size({v}) > {n} ? {too_many} : {body}"
 
-    def _object(self, v: str, schema: Mapping[str, Any], path: str, where: str) -> str:
+    def _object(
+        self, v: str, schema: Mapping[str, Any], path: str, where: str, whole: bool = False
+    ) -> str:
         props: Mapping[str, Any] = schema.get("properties") or {}
         parts = []
         for name, sub in props.items():
             inner = self.issues(
-                f"{v}[{lit(name)}]", sub, f"{path} + {lit('.' + name)}", f"{where}.{name}"
+                f"{v}[{lit(name)}]", sub, f"{path} + {lit('.' + name)}", f"{where}.{name}", whole
             )
             if inner != "[]":
                 parts.append(when(f"{lit(name)} in {v}", inner))
-        if schema.get("required"):
-            # Another config may set a nested field: the merge, not a fragment, has it.
-            self.warnings.append(f"{where}: required {schema['required']} is not checked")
+        for name in schema.get("required") or ():
+            if whole:
+                reason = f".{name}: {name!r} is a required property"
+                parts.append(f"{lit(name)} in {v} ? [] : [{path} + {lit(reason)}]")
+            else:  # another config may set a nested field: the merge, not a fragment, has it
+                self.warnings.append(f"{where}: required {name} is not checked")
+        names = schema.get("propertyNames")
+        if names is not None:
+            parts.append(self._key_issues(v, names, path, where))
         extra = schema.get("additionalProperties", True)
-        body = concat(parts)
-        if extra is True:
+        if isinstance(extra, Mapping):
+            parts.append(self._values(v, list(props), extra, path, where))
+        body = concat([p for p in parts if p != "[]"])
+        if "maxProperties" in schema:
+            n = int(schema["maxProperties"])
+            too_many = f"[{path} + ': has ' + string(size({v})) + {lit(f' fields, at most {n}')}]"
+            body = f"size({v}) > {n} ? {too_many} : {body}"
+        elif extra is not False and (names is not None or isinstance(extra, Mapping)):
+            self.warnings.append(f"{where}: an object without maxProperties is not bounded")
+        if extra is True or isinstance(extra, Mapping):
             return body
         if extra is not False:
             self.warnings.append(f"{where}: additionalProperties {extra} is not checked")
             return body
         return self.closed(v, list(props), path, body)
+
+    def _key_issues(self, v: str, names: Mapping[str, Any], path: str, where: str) -> str:
+        """CEL: the keys of object `v` that `names` (pattern, maxLength) refuses."""
+        k = self.var()
+        described = []
+        pattern = names.get("pattern")
+        if pattern is not None:
+            if problems := patterns.problems(pattern):
+                self.warnings.append(f"{where}: pattern {pattern!r} is not checked: {problems}")
+            else:
+                described.append(f"{k}.matches({lit(pattern)})")
+        if "maxLength" in names:  # first: a long key never reaches the regular expression
+            described.insert(0, f"size({k}) <= {int(names['maxLength'])}")
+        unknown = set(names) - {"pattern", "maxLength", "description"}
+        self.warnings += [f"{where}: propertyNames keyword {kw} is not checked" for kw in unknown]
+        if not described:
+            return "[]"
+        reason = " is invalid: " + str(names.get("description") or "a key it does not allow")
+        return (
+            f"{v}.filter({k}, !({' && '.join(described)}))"
+            f".map({k}, {path} + {key_path(k)} + ': ' + {show_string(k)} + {lit(reason)})"
+        )
+
+    def _values(
+        self, v: str, known: Sequence[str], extra: Mapping[str, Any], path: str, where: str
+    ) -> str:
+        """CEL: the problems of the values of `v`'s keys that `known` does not list."""
+        k, m = self.var(), self.var()
+        inner = self.issues(f"{v}[{k}]", extra, f"{path} + {key_path(k)}", f"{where}.*")
+        if inner == "[]":
+            return "[]"
+        return (
+            f"{v}.filter({k}, !({k} in {key_set(known)}))"
+            f".map({k}, ({inner}).join('; ')).filter({m}, {m} != '')"
+        )
 
     def closed(self, v: str, known: Sequence[str], path: str, body: str, what: str = "") -> str:
         """CEL: unknown keys of object `v` (only `known` allowed), else `body`; bounded."""
@@ -310,6 +377,8 @@ class Translator:
 
 
 _MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+DESTINATION_HINT = "must be a network with a prefix length, e.g. 10.20.0.0/16 or 0.0.0.0/0"
+GATEWAY_HINT = "must be an address without a prefix length, e.g. 10.20.0.1 or fe80::1"
 
 
 def _cidr(v: str, invalid: str) -> str:
@@ -346,3 +415,30 @@ def _cidr(v: str, invalid: str) -> str:
     for cond, reason in reversed(checks):
         body = f"{cond} ? [{invalid} + {lit(reason)}] : {body}"
     return f"!isCIDR({v}) ? [{invalid} + {lit(CIDR_HINT)}] : ({body})"
+
+
+def _destination(v: str, invalid: str) -> str:
+    """CEL for the `route-destination` format (dradriver.iprules.parse_destination): a
+    network in canonical form, host bits clear."""
+    c = f"cidr({v})"
+    return (
+        f"!isCIDR({v}) ? [{invalid} + {lit(DESTINATION_HINT)}] : "
+        f"string({c}) != {v} ? [{invalid} + {lit('must be written in canonical form')}] : "
+        f"{c}.masked().ip() != {c}.ip() ? [{invalid} + {lit('has host bits set')}] : []"
+    )
+
+
+def _gateway(v: str, invalid: str) -> str:
+    """CEL for the `route-gateway` format (dradriver.iprules.parse_gateway): a unicast
+    address in canonical form, link-local allowed."""
+    a = f"ip({v})"
+    return (
+        f"!isIP({v}) ? [{invalid} + {lit(GATEWAY_HINT)}] : "
+        f"string({a}) != {v} ? [{invalid} + {lit('must be written in canonical form')}] : "
+        f"!({a}.isGlobalUnicast() || {a}.isLinkLocalUnicast()) ? "
+        f"[{invalid} + {lit('is not a unicast address')}] : []"
+    )
+
+
+# The `format` values the translator checks, and how.
+FORMATS = {"cidr": _cidr, "route-destination": _destination, "route-gateway": _gateway}

@@ -1,10 +1,11 @@
 """Host interfaces handed whole to a pod (host-device, SR-IOV VF, RoCE) and given back.
 
-Which interfaces may be handed out is the operator's choice (`refusal`). The runtime
-moves the interface into the pod and never moves it back. When the pod's network
-namespace is destroyed the kernel returns a physical interface to the host under its
-container name (or `dev<N>` on a clash); `release` finds it by MAC address, renames it
-back and restores MTU, MAC, addresses and state.
+Which interfaces may be handed out is the operator's choice (`refusal`). In CDI mode the
+runtime moves the interface into the pod and never moves it back; in NRI mode the
+driver moves it in at sandbox creation and back when the sandbox stops. When the pod's
+network namespace is destroyed the kernel returns a physical interface to the host
+under its container name (or `dev<N>` on a clash); `release` finds it by MAC address,
+renames it back and restores MTU, MAC, addresses and state.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def checked(
     interface: its MTU limits; its own addresses go with it, so they are not the node's."""
     link = netlink.find(ifname)
     own = (link.index,) if link is not None else ()
-    cfg = netconfig.checked(req, config, path, own)
+    kept = [f"{a}/{p}" for a, p in netlink.addresses(link.index)] if link is not None else []
+    cfg = netconfig.checked(req, config, path, own, kept)
     if link is not None:
         netconfig.check_mtu(cfg, path, link)
         netconfig.check_ipv6_mtu(cfg, path, cfg.mtu or link.mtu)
@@ -106,10 +108,13 @@ def claim(
     ifname: str,
     cfg: NetConfig,
     wrap: Callable[[ClaimedInterface], Mapping[str, Any]] | None = None,
+    on_host: bool = True,
 ) -> tuple[ClaimedInterface, NetworkData]:
     """Take `ifname` for the pod: journal its state, set it down, apply the config.
 
     `wrap` turns the payload into what the handler journals (e.g. inside its own undo).
+    Without `on_host` (NRI mode) the claim's addresses are not added on the host: they
+    are added in the pod after the move, with the ones the interface had.
     """
     link = netlink.require(ifname, "host")
     original = tuple(f"{a}/{p}" for a, p in netlink.addresses(link.index))
@@ -128,7 +133,7 @@ def claim(
         steps.append(lambda: release(undo))
         netlink.set_link(link, f"set {ifname} down", state="down")
         mac = configure(link, NetConfig(cfg.interface_name, cfg.mtu, cfg.mac, ()), alias=None)
-        for cidr in undo.added:
+        for cidr in undo.added if on_host else ():
             address, _, prefix = cidr.partition("/")
             netlink.add_address(link.index, address, int(prefix), ifname)
     return undo, NetworkData(cfg.interface_name, original + undo.added, mac)

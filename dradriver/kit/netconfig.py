@@ -2,7 +2,10 @@
 
 Links the driver creates get a deterministic host name (`naming.host_ifname`) and an
 ifalias tag naming their owner (`naming.ifalias`), are configured while down on the
-host, and are moved into the container by the runtime (CDI netDevices) or the NRI plugin.
+host, and are moved into the container by the runtime (CDI netDevices) or into the pod
+sandbox's namespace by the driver (NRI). In NRI mode the host never holds a claim's
+addresses: they, the routes and the sysctls are applied inside the pod after the move
+(`pod_interface` describes it). In CDI mode routes and sysctls are refused.
 """
 
 from __future__ import annotations
@@ -13,9 +16,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dradriver import linkreaper, naming, netlink
+from dradriver import iprules, linkreaper, naming, netlink
 from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import DeviceRequest, NetworkData, Validated
+from dradriver.hookspecs import (
+    NEEDS_NRI,
+    NRI,
+    DeviceRequest,
+    NetworkData,
+    PodInterface,
+    PodRoute,
+    PodSysctl,
+    Validated,
+)
 from dradriver.kit import hostaddr
 
 DEFAULT_INTERFACE_NAME = "eth1"
@@ -36,6 +48,61 @@ ZERO_MAC = "00:00:00:00:00:00"
 # (dradriver.iprules) checks the rest: a real address, and not of a special range.
 CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
+MAX_ROUTES = 32
+MAX_SYSCTLS = 32
+# net.ipv4.conf.<interface>.<key> (or ipv6): a per-interface setting of the claim's own
+# interface; the interface part is checked against interfaceName on the node.
+SYSCTL_NAME_PATTERN = r"^net\.ipv[46]\.conf\.[!-$&-.0-9;-~]{1,15}\.[a-z0-9_]{1,64}$"
+SYSCTL_VALUE_PATTERN = r"^[ -~]*$"
+ROUTE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "destination": {
+            "type": "string",
+            "pattern": CIDR_PATTERN,
+            "format": "route-destination",
+            "maxLength": 43,
+            "description": "a network in canonical CIDR form, host bits clear, e.g. "
+            "10.20.0.0/16, fd00:20::/64 or 0.0.0.0/0",
+        },
+        "gateway": {
+            "type": "string",
+            "pattern": r"^[0-9a-f.:]+$",
+            "format": "route-gateway",
+            "maxLength": 39,
+            "description": "a unicast address in canonical form, e.g. 10.20.0.1 or fe80::1",
+        },
+        "metric": {"type": "integer", "minimum": 0, "maximum": 4294967295},
+    },
+    "required": ["destination"],
+    "additionalProperties": False,
+}
+ROUTES: dict[str, Any] = {
+    "type": "array",
+    "items": ROUTE,
+    "maxItems": MAX_ROUTES,
+    "uniqueItems": True,
+    "description": "routes installed in the pod's network namespace via this interface "
+    "(NRI injection mode only)",
+}
+SYSCTLS: dict[str, Any] = {
+    "type": "object",
+    "propertyNames": {
+        "pattern": SYSCTL_NAME_PATTERN,
+        "maxLength": 100,
+        "description": "net.ipv4.conf.<interfaceName>.<key> or net.ipv6.conf.<interfaceName>"
+        ".<key>, a setting of this interface only",
+    },
+    "additionalProperties": {
+        "type": ["string", "integer"],
+        "pattern": SYSCTL_VALUE_PATTERN,
+        "maxLength": 256,
+        "description": "a value of printable ASCII characters (no newline)",
+    },
+    "maxProperties": MAX_SYSCTLS,
+    "description": "per-interface sysctls written in the pod's network namespace (NRI "
+    "injection mode only)",
+}
 
 COMMON_PROPERTIES: dict[str, Any] = {
     "kind": {"type": "string"},
@@ -71,6 +138,8 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "description": "unicast addresses in CIDR form, kept by the runtime when it moves the "
         "link; the node allows only the operator's ranges (--claim-address-ranges)",
     },
+    "routes": ROUTES,
+    "sysctls": SYSCTLS,
 }
 IPV6_MIN_MTU = 1280  # below it the kernel turns IPv6 off on the link
 # An IPv6 address on a link whose MTU is set below 1280: the kernel refuses to add it.
@@ -107,6 +176,8 @@ class NetConfig:
     mtu: int | None
     mac: str | None
     ips: tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...]
+    routes: tuple[PodRoute, ...] = ()
+    sysctls: tuple[tuple[str, str], ...] = ()  # (name as configured, value)
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> NetConfig:
@@ -116,7 +187,20 @@ class NetConfig:
             mtu=config.get("mtu"),
             mac=config["macAddress"].lower() if config.get("macAddress") else None,
             ips=tuple(ipaddress.ip_interface(c) for c in config.get("ipAddresses", ())),
+            routes=tuple(
+                PodRoute(str(r["destination"]), r.get("gateway"), r.get("metric"))
+                for r in config.get("routes", ())
+            ),
+            sysctls=tuple((str(k), str(v)) for k, v in (config.get("sysctls") or {}).items()),
         )
+
+    def pod_sysctls(self) -> tuple[PodSysctl, ...]:
+        """The sysctls as the pod's namespace gets them (names were checked)."""
+        out = []
+        for name, value in self.sysctls:
+            family, key = name.split(".")[1], name.rsplit(".", 1)[1]
+            out.append(PodSysctl(family, key, value))
+        return tuple(out)
 
     def validated(self) -> Validated:
         """What the container gets: one interface."""
@@ -135,15 +219,66 @@ def checked(
     config: Mapping[str, Any] | None = None,
     path: str = NETDEV_PATH,
     own: Sequence[int] = (),
+    kept: Sequence[str] = (),
 ) -> NetConfig:
     """`config` (default: the request's) parsed and checked against the node: addresses
     in the operator's ranges, none twice, none the host uses (`own`: indexes of the links
-    the pod gets, whose current addresses are not the node's). Errors name `path`."""
-    cfg = NetConfig.parse(req.config if config is None else config)
+    the pod gets, whose current addresses are not the node's; `kept`: the addresses such
+    a link takes along); routes and sysctls only in NRI mode, fitting the interface.
+    Errors name `path`."""
+    raw = req.config if config is None else config
+    cfg = NetConfig.parse(raw)
     if cfg.mtu is not None:  # (an MTU the link inherits is checked where it is known)
         check_ipv6_mtu(cfg, path, cfg.mtu)
-    hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own)
+    nri = req.injection == NRI
+    hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own, on_host=not nri)
+    if not nri:
+        refused = [(f"{path}.{f}", NEEDS_NRI) for f in ("routes", "sysctls") if raw.get(f)]
+        if refused:
+            raise ConfigError.many(refused)
+    check_routes(cfg, path, kept)
+    check_sysctls(cfg, path)
     return cfg
+
+
+def check_routes(cfg: NetConfig, path: str, more: Sequence[str] = ()) -> None:
+    """A route's gateway must be of its destination's family and on a network of the
+    interface's addresses (`more`: addresses it keeps of its own), or IPv6 link-local;
+    else the kernel would refuse it inside the pod, too late to name the field."""
+    networks = [ip.network for ip in cfg.ips] + [ipaddress.ip_interface(a).network for a in more]
+    issues = []
+    for i, route in enumerate(cfg.routes):
+        if route.gateway is None:
+            continue
+        dst, gw = iprules.parse_destination(route.destination), ipaddress.ip_address(route.gateway)
+        where = f"{path}.routes[{i}].gateway"
+        if gw.version != dst.version:
+            issues.append((where, f"{gw} is not of the family of the destination {dst}"))
+        elif not (
+            (gw.version == 6 and gw.is_link_local)
+            or any(n.version == gw.version and gw in n for n in networks)
+        ):
+            on = ", ".join(str(n) for n in networks) or "none"
+            issues.append((where, f"{gw} is not on a network of the interface's addresses ({on})"))
+    if issues:
+        raise ConfigError.many(issues)
+
+
+def check_sysctls(cfg: NetConfig, path: str) -> None:
+    """Each sysctl must be of the claim's own interface and a setting this node has."""
+    issues = []
+    for name, _ in cfg.sysctls:
+        where = f'{path}.sysctls["{name}"]'
+        family, rest = name.split(".")[1], name.split(".", 3)[3]
+        ifname, key = rest.rsplit(".", 1)
+        if ifname != cfg.interface_name:
+            issues.append(
+                (where, f"names interface {ifname}, not this claim's {cfg.interface_name}")
+            )
+        elif not netlink.has_sysctl(f"net/{family}/conf/default/{key}"):
+            issues.append((where, f"this node has no such setting ({family} conf {key})"))
+    if issues:
+        raise ConfigError.many(issues)
 
 
 def check_mtu(cfg: NetConfig, path: str, link: netlink.Link, parent: bool = False) -> None:
@@ -234,8 +369,11 @@ def clear_leftover(name: str, alias: str) -> None:
     netlink.delete(name)
 
 
-def configure(link: netlink.Link, cfg: NetConfig, alias: str | None) -> str | None:
-    """Tag, set MTU/MAC and add addresses on a down host-side link; return its MAC."""
+def configure(
+    link: netlink.Link, cfg: NetConfig, alias: str | None, addresses: bool = True
+) -> str | None:
+    """Tag, set MTU/MAC and (unless not `addresses`: NRI mode) add addresses on a down
+    host-side link; return its MAC."""
     attrs: dict[str, Any] = {}
     if alias is not None:
         attrs["ifalias"] = alias
@@ -245,9 +383,25 @@ def configure(link: netlink.Link, cfg: NetConfig, alias: str | None) -> str | No
         attrs["address"] = cfg.mac
     if attrs:
         netlink.set_link(link, f"configure {link.name} ({', '.join(sorted(attrs))})", **attrs)
-    for ip in cfg.ips:
+    for ip in cfg.ips if addresses else ():
         netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, link.name)
     return cfg.mac or link.address
+
+
+def on_host(req: DeviceRequest) -> bool:
+    """Whether a claim's addresses go on the host side (CDI mode) or only into the pod."""
+    return req.injection != NRI
+
+
+def pod_interface(
+    host: str, cfg: NetConfig, addresses: Sequence[str] | None = None, returns: bool = False
+) -> PodInterface:
+    """What the NRI mode moves and applies in the pod for one interface (`addresses`:
+    all it should hold there, default the config's; `returns`: a physical interface)."""
+    ips = tuple(addresses) if addresses is not None else tuple(str(ip) for ip in cfg.ips)
+    return PodInterface(
+        host, cfg.interface_name, ips, cfg.routes, cfg.pod_sysctls(), returns=returns
+    )
 
 
 def create(

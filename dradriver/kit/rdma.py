@@ -3,7 +3,11 @@
 A device is read from /sys/class/infiniband: its uverbs node, GUID, port 1's link layer
 and state, and the Ethernet netdev behind it (RoCE). In shared netns mode (the kernel
 default) every network namespace sees every RDMA device, so nothing moves: the
-container gets the character devices and variables naming the device.
+container gets the character devices and variables naming the device. A claim may ask
+for exclusive mode (`netnsMode: exclusive`) when the node's RDMA subsystem is in
+exclusive netns mode and the claim is prepared in NRI injection mode: the RDMA device
+then follows the pod's network namespace (the driver moves it at sandbox creation and
+back when the sandbox stops), and only that pod sees it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dradriver import netlink
 from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import DeviceRequest, HandlerContext
+from dradriver.hookspecs import NEEDS_NRI, NRI, DeviceRequest, HandlerContext
 from dradriver.kit import hostif, sysfs
 
 ENV_DEVICE = "DRA_RDMA_DEVICE"
@@ -30,7 +35,9 @@ SCHEMA: dict[str, Any] = {
         "netnsMode": {
             "enum": ["shared", "exclusive"],
             "default": "shared",
-            "description": "RDMA netns mode; only shared is supported",
+            "description": "RDMA netns mode: shared (every namespace sees the device) or "
+            "exclusive (the device follows the pod's network namespace; NRI injection "
+            "mode, on a node whose RDMA subsystem is in exclusive netns mode)",
         },
     },
     "additionalProperties": False,
@@ -107,13 +114,21 @@ def allocated(req: DeviceRequest) -> RdmaDevice:
     return dev
 
 
-def check_mode(config: Mapping[str, Any], path: str) -> None:
-    """Refuse exclusive netns mode."""
-    if config.get("netnsMode", "shared") != "shared":
+def check_mode(req: DeviceRequest, config: Mapping[str, Any], path: str) -> bool:
+    """Whether the device goes to the pod in exclusive netns mode; refuse that mode
+    outside NRI injection mode and on a node whose RDMA subsystem shares devices."""
+    if config.get("netnsMode", "shared") != "exclusive":
+        return False
+    if req.injection != NRI:
+        raise ConfigError(f"exclusive {NEEDS_NRI}", f"{path}.netnsMode")
+    if not netlink.rdma_exclusive():
         raise ConfigError(
-            "netnsMode exclusive is not supported yet; use shared (the kernel default)",
+            "exclusive needs the node's RDMA subsystem in exclusive netns mode (`rdma "
+            "system set netns exclusive`, before any other namespace exists; `rdma system "
+            "show netns` says shared here)",
             f"{path}.netnsMode",
         )
+    return True
 
 
 def edits(req: DeviceRequest, dev: RdmaDevice) -> dict[str, Any]:

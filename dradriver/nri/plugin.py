@@ -94,11 +94,24 @@ class NriPlugin:
         self._conn: Connection | None = None
         self._thread: threading.Thread | None = None
         self._synchronized_once = False
+        self._tried = threading.Event()  # a first connection attempt was made
+        self._unreachable: str | None = None  # why the last attempt failed (None: it did not)
 
     @property
     def connected(self) -> bool:
         """Whether the runtime has us registered and synchronized now (events will come)."""
         return self._registered.is_set()
+
+    @property
+    def started(self) -> bool:
+        """Whether `start` was called and `stop` was not."""
+        return self._thread is not None and not self._stopping.is_set()
+
+    def first_attempt(self, timeout: float) -> str | None:
+        """Wait for the first connection attempt; why it failed (nothing listens on the
+        socket, no socket), or None if it connected (or made no attempt in time)."""
+        self._tried.wait(timeout)
+        return self._unreachable
 
     def wait_registered(self, timeout: float) -> bool:
         """Wait until the runtime has registered and synchronized us; False on time-out."""
@@ -131,6 +144,8 @@ class NriPlugin:
             try:
                 sock = connect(self.socket)
             except OSError as exc:
+                self._unreachable = exc.strerror or str(exc)
+                self._tried.set()
                 delay = self._backoff.next()
                 failures += 1
                 level = logging.WARNING if failures == 1 else logging.DEBUG
@@ -146,6 +161,8 @@ class NriPlugin:
                 self._stopping.wait(delay)
                 continue
             failures = 0
+            self._unreachable = None
+            self._tried.set()
             event(log, logging.INFO, "connected to the NRI socket", socket=str(self.socket))
             started = time.monotonic()
             try:

@@ -38,7 +38,7 @@ class RoceHandler:
     def _parts(self, req: DeviceRequest) -> tuple[rdma.RdmaDevice, str, netconfig.NetConfig]:
         """The RDMA device, its netdev and the netdev config, checked against the node."""
         dev = rdma.allocated(req)
-        rdma.check_mode(req.config.get("rdma", {}), "$.combo.rdma")
+        rdma.check_mode(req, req.config.get("rdma", {}), "$.combo.rdma")
         if dev.link_layer != "Ethernet" or not dev.netdev:
             raise ConfigError(
                 f"RDMA device {dev.name} is not RoCE (link layer "
@@ -55,7 +55,8 @@ class RoceHandler:
         return dev, dev.netdev, cfg
 
     def validate(self, req: DeviceRequest) -> Validated:
-        """RoCE device, shared mode, netdev allowed, character devices present."""
+        """RoCE device, a netns mode the node allows, netdev allowed, character devices
+        present."""
         dev, _, cfg = self._parts(req)
         rdma.edits(req, dev)
         return cfg.validated()
@@ -64,12 +65,21 @@ class RoceHandler:
         """RDMA edits (nothing changes on the host for them), then claim the netdev."""
         dev, ifname, cfg = self._parts(req)
         rdma_edits = rdma.edits(req, dev)
+        exclusive = rdma.check_mode(req, req.config.get("rdma", {}), "$.combo.rdma")
         claimed, network_data = hostif.claim(
-            req.journal, ifname, cfg, wrap=lambda c: {"rdma": {}, "netdev": c.to_json()}
+            req.journal,
+            ifname,
+            cfg,
+            wrap=lambda c: {"rdma": {}, "netdev": c.to_json()},
+            on_host=netconfig.on_host(req),
         )
         edits = {**rdma_edits, **netconfig.net_devices_edit(ifname, cfg.interface_name)}
         return Prepared(
-            edits=edits, undo={"rdma": {}, "netdev": claimed.to_json()}, network_data=network_data
+            edits=edits,
+            undo={"rdma": {}, "netdev": claimed.to_json()},
+            network_data=network_data,
+            pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
+            pod_rdma=(dev.name,) if exclusive else (),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:

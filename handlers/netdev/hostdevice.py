@@ -96,11 +96,12 @@ class HostDeviceHandler:
         """Journal the interface's state, set it down, apply MTU/MAC/addresses."""
         ifname = self._ifname(req)
         cfg = netconfig.NetConfig.parse(req.config)
-        undo, network_data = hostif.claim(req.journal, ifname, cfg)
+        undo, network_data = hostif.claim(req.journal, ifname, cfg, on_host=netconfig.on_host(req))
         return Prepared(
             edits=netconfig.net_devices_edit(ifname, cfg.interface_name),
             undo=undo.to_json(),
             network_data=network_data,
+            pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:

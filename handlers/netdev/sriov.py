@@ -8,7 +8,7 @@ design are accepted but must name it (an absent vfIndex means the allocated VF, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dradriver import naming, netlink
@@ -184,16 +184,22 @@ class SriovVfHandler:
                 steps.append(lambda: _restore_vf(vf_undo))
                 changed = ", ".join(k for k, v in vars(wanted).items() if v is not None)
                 netlink.set_vf(pf, index, f"set VF {index} of {pf_name} ({changed})", wanted)
-            netdev_cfg = netconfig.NetConfig(cfg.interface_name, cfg.mtu, None, cfg.ips)
+            netdev_cfg = replace(cfg, mac=None)  # the PF sets the VF's MAC
             claimed, network_data = hostif.claim(
-                req.journal, ifname, netdev_cfg, wrap=lambda c: SriovUndo(vf_undo, c).to_json()
+                req.journal,
+                ifname,
+                netdev_cfg,
+                wrap=lambda c: SriovUndo(vf_undo, c).to_json(),
+                on_host=netconfig.on_host(req),
             )
+        inside = netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True)
         if cfg.mac:
             network_data = cfg.network_data(cfg.mac)
         return Prepared(
             edits=netconfig.net_devices_edit(ifname, cfg.interface_name),
             undo=SriovUndo(vf_undo, claimed).to_json(),
             network_data=network_data,
+            pod_interfaces=(inside,),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:

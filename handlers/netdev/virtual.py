@@ -96,12 +96,13 @@ class VirtualLinkHandler:
         with netlink.rollback() as undo:
             link = netconfig.create(req, name, req.kind, **self.link_attrs(req))
             undo.append(lambda: netlink.delete(name))
-            mac = netconfig.configure(link, cfg, alias)
+            mac = netconfig.configure(link, cfg, alias, addresses=netconfig.on_host(req))
         return Prepared(
             edits=netconfig.net_devices_edit(name, cfg.interface_name),
             undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(name,),
+            pod_interfaces=(netconfig.pod_interface(name, cfg),),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:

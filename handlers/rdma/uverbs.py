@@ -1,10 +1,9 @@
-"""rdma / uverbs: the allocated RDMA device's character devices, in shared netns mode.
+"""rdma / uverbs: the allocated RDMA device's character devices.
 
 In shared mode (the kernel default, `rdma system set netns shared`) every network
 namespace sees every RDMA device, so nothing moves: the container gets the device
-nodes and an environment variable naming the device. Exclusive mode would move the
-RDMA device into the pod's namespace, which needs the namespace to exist; it is
-refused with a clear error until it is built.
+nodes and an environment variable naming the device. In exclusive mode (NRI injection
+only) the RDMA device also follows the pod's network namespace (`Prepared.pod_rdma`).
 """
 
 from __future__ import annotations
@@ -78,14 +77,20 @@ class UverbsHandler:
         return rdma.SCHEMA
 
     def validate(self, req: DeviceRequest) -> Validated:
-        """RDMA device allocated, shared mode, character devices present."""
-        rdma.check_mode(req.config, "$.rdma")
+        """RDMA device allocated, a netns mode the node and the injection mode allow,
+        character devices present."""
+        rdma.check_mode(req, req.config, "$.rdma")
         rdma.edits(req, rdma.allocated(req))
         return Validated()
 
     def prepare(self, req: DeviceRequest) -> Prepared:
-        """Nothing changes on the host: the edits are the whole work."""
-        return Prepared(edits=rdma.edits(req, rdma.allocated(req)), undo={})
+        """Nothing changes on the host: the edits are the whole work (in exclusive mode
+        the device moves into the pod's namespace with the sandbox)."""
+        dev = rdma.allocated(req)
+        exclusive = rdma.check_mode(req, req.config, "$.rdma")
+        return Prepared(
+            edits=rdma.edits(req, dev), undo={}, pod_rdma=(dev.name,) if exclusive else ()
+        )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
-        """Nothing to undo in shared mode."""
+        """Nothing to undo: an exclusive device comes back with the sandbox's stop."""

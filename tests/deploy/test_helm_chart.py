@@ -78,13 +78,17 @@ NON_DEFAULT: dict[str, Any] = {
         "metricsAddr": "127.0.0.1:9400",
         "healthcheckPort": 6000,
         "logLevel": "debug",
+        "injection": "nri",
+        "nriPluginIndex": "42",
     },
     "hostPaths": {
         "kubeletRegistryDir": "/var/lib/k0s/kubelet/plugins_registry",
         "kubeletPluginsDir": "/var/lib/k0s/kubelet/plugins",
         "cdiDir": "/var/run/cdi",
         "stateDir": "/var/lib/dra-driver/state",
+        "nriSocket": "/run/k0s/nri/nri.sock",
     },
+    "podNetnsDir": "/run/k0s/containerd/netns",
     "image": {
         "repository": "registry.example.com/dra-driver",
         "tag": "v0.1.0",
@@ -312,8 +316,16 @@ def test_host_paths_are_mounted_at_the_same_path(helm, tmp_path):
     env = env_of(docs)
     for key, path in NON_DEFAULT["hostPaths"].items():
         assert env[settings_mod.env_name(re.sub(r"([A-Z])", r"_\1", key).lower())] == path
-        assert mounts[path]["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}, key
+        where = path if key.endswith("Dir") else str(Path(path).parent)  # a socket's dir
+        assert mounts[where]["hostPath"] == {"path": where, "type": "DirectoryOrCreate"}, key
     assert "/var/lib/kubelet" not in yaml.safe_dump(docs)
+    # Pods' network namespaces (NRI mode), propagated from the host as the runtime makes them.
+    netns = NON_DEFAULT["podNetnsDir"]
+    [mount] = [m for m in container(docs)["volumeMounts"] if m["mountPath"] == netns]
+    assert mount["mountPropagation"] == "HostToContainer"
+    assert mounts[netns]["hostPath"]["path"] == netns
+    off = render(helm, "--set", "podNetnsDir=")
+    assert not [m for m in container(off)["volumeMounts"] if m["name"] == "pod-netns"]
 
 
 def test_a_new_flag_is_one_value_and_one_schema_property(helm, tmp_path):

@@ -43,10 +43,11 @@ def _table(name: str, values: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def containerd_config(lay: NodeLayout, runc: Path) -> str:
+def containerd_config(lay: NodeLayout, runc: Path, nri: bool = True) -> str:
     """containerd 2.x (config version 3): every path under the work directory, CRI with
     CDI (the driver's spec directory), the runc built here, the node's CNI network,
-    NRI at its defaults but for a socket of its own."""
+    NRI at its defaults but for a socket of its own (or, without `nri`, disabled, as
+    an operator may have it)."""
     cd = lay.containerd_dir
     cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
     tables = [
@@ -60,7 +61,10 @@ def containerd_config(lay: NodeLayout, runc: Path) -> str:
         ),
         # NRI stays enabled, as containerd ships it; only its socket moves into the
         # work directory, so another node's NRI plugins never meet this runtime.
-        _table("plugins.'io.containerd.nri.v1.nri'", {"socket_path": str(lay.nri_socket)}),
+        _table(
+            "plugins.'io.containerd.nri.v1.nri'",
+            {"disable": not nri, "socket_path": str(lay.nri_socket)},
+        ),
         _table("plugins.'io.containerd.cri.v1.images'", {"snapshotter": "overlayfs"}),
         _table("plugins.'io.containerd.cri.v1.images'.pinned_images", {"sandbox": SANDBOX_IMAGE}),
         _table(
@@ -175,6 +179,9 @@ def kubelet_config(
             "nodefs.inodesFree": "1%",
         },
         "containerLogMaxSize": "1Mi",
+        # Restarting containers come back within 2 s, not after 10 s doubling to 5 min
+        # (KubeletCrashLoopBackOffMax, beta and on since 1.35): tests of restarts stay short.
+        "crashLoopBackOff": {"maxContainerRestartPeriod": "2s"},
         "kubeAPIQPS": 50,
         "kubeAPIBurst": 100,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +56,19 @@ def network_check(node: LocalNode, mode: str, files: list[Path], timeout: int = 
     return subprocess.run(argv, check=False).returncode == 0
 
 
+def injection_mode(log: str) -> str:
+    """The driver's injection mode and why, from its start-up log line."""
+    for line in log.splitlines():
+        if 'msg="injection mode"' in line:
+            mode = re.search(r" mode=(\S+)", line)
+            reason = re.search(r' reason="([^"]*)"', line)
+            return (
+                f"driver injection mode {mode[1] if mode else '?'} "
+                f"({reason[1] if reason else 'no reason logged'})"
+            )
+    return "driver injection mode not logged"
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -91,6 +105,7 @@ def up(workdir: Path) -> int:
             f"demo: driver registered with the kubelet after {t_driver:.1f} s "
             f"(host process, pod dra-system/{driver.pod_name}, log {driver.log_path})"
         )
+        say(f"demo: {injection_mode(driver.log())}")
         say(f"demo: busybox:1.37.0 here is Debian's busybox-static {busybox_version()}")
         examples = write_examples(workdir / "examples")
         for note in examples.notes:

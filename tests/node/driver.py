@@ -1,10 +1,13 @@
 """The driver on the local node, run the way its DaemonSet would run it.
 
 One mode exists: "host-process". The driver runs as a host process inside the
-node's network namespace, with the kubelet's plugin directories, containerd's CDI
-directory, `--pod-uid`, and a token of the `dra-driver` ServiceAccount bound to a
-Pod on the node. That Pod is real and running: busybox sleeping in `dra-system`,
-named as the DaemonSet's pods are (`dra-driver-<5 characters>`), so the API server
+node's network and mount namespaces (where the runtime mounts pods' network
+namespaces, as a DaemonSet pod sees the host's `/var/run/netns` with HostToContainer
+propagation), with the kubelet's plugin directories, containerd's CDI directory, the
+node's NRI socket (`--injection` is left at its default, auto, as a user gets it),
+`--pod-uid`, and a token of the `dra-driver` ServiceAccount bound to a Pod on the
+node. That Pod is real and running: busybox sleeping in `dra-system`, named as the
+DaemonSet's pods are (`dra-driver-<5 characters>`), so the API server
 adds `authentication.kubernetes.io/node-name` to the driver's requests and the
 admission policy of deploy/driver.yaml sees exactly what it would see for the
 DaemonSet. (A "daemonset" mode that runs deploy/driver.yaml itself from an image
@@ -142,11 +145,15 @@ class HostDriver:
                 kubeconfig,
                 node=self.node.name,
                 pod_uid=self.pod_uid,
-                args=("--virtual-parents", PARENT, *self.args),
+                args=(
+                    *("--virtual-parents", PARENT, "--nri-socket", str(lay.nri_socket)),
+                    *self.args,
+                ),
                 env={"DRA_CLAIM_ADDRESS_RANGES": claim_address_ranges()},
                 registry=lay.kubelet_registry,
                 plugins=lay.kubelet_plugins,
                 cdi=lay.cdi_dir,
+                enter=lay.enter(),
             )
             self.node.on_stop.append(self.stop)
         registrations = self.registrations()
@@ -156,13 +163,26 @@ class HostDriver:
         return self
 
     def registrations(self) -> int:
-        """How often the kubelet has connected to this instance's service socket, by
-        the kubelet's own log (the driver logs it only at level info)."""
-        line = f'endpoint="{self.process.service_socket}" connected=true'
+        """How often the kubelet has registered this instance, by its own log: a
+        `RegisterPlugin started` for the instance's registration socket followed by its
+        connection to the service socket. (A connection alone is not one: after a
+        restart on the same socket paths, the kubelet's gRPC channel reconnects first,
+        and its plugin watcher then unregisters the instance and registers it again a
+        second later; a pod prepared in between fails and waits for the kubelet's
+        resync, 60-90 s.)"""
+        started = f'RegisterPlugin started" plugin={{"SocketPath":"{self.process.reg_socket}"'
+        connected = f'endpoint="{self.process.service_socket}" connected=true'
         try:
-            return (self.node.lay.logs / "kubelet.log").read_text(errors="replace").count(line)
+            log = (self.node.lay.logs / "kubelet.log").read_text(errors="replace")
         except FileNotFoundError:
             return 0
+        count, pending = 0, False
+        for line in log.splitlines():
+            if started in line:
+                pending = True
+            elif pending and connected in line:
+                count, pending = count + 1, False
+        return count
 
     def wait_registered(self, times: int = 1, timeout: float = 30) -> None:
         """Until the kubelet has registered this instance (the `times`-th time)."""

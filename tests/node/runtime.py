@@ -25,6 +25,7 @@ class Containerd:
         self.lay = lay
         self.bins = bins
         self.config = lay.containerd_dir / "config.toml"
+        self.nri = True  # NRI on, as containerd ships it
         env = {**os.environ, "PATH": f"{bins.node}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         self.component = Component(
             "containerd",
@@ -39,7 +40,7 @@ class Containerd:
         lay = self.lay
         for d in (lay.containerd_dir, lay.cni_conf_dir, lay.cni_ipam_dir, lay.cdi_dir, lay.logs):
             d.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(containerd_config(lay, self.bins["runc"]))
+        self.config.write_text(containerd_config(lay, self.bins["runc"], self.nri))
         (lay.cni_conf_dir / "10-node.conflist").write_text(json.dumps(cni_network(lay), indent=1))
         self.component.start()
 
@@ -83,6 +84,15 @@ class Containerd:
 
     def stop(self) -> None:
         self.component.stop()
+
+    def restart(self, nri: bool | None = None) -> None:
+        """Stop containerd and start it again (with NRI on or off if `nri` says); the
+        pods' shims and containers keep running meanwhile, as on a real node."""
+        self.stop()
+        if nri is not None:
+            self.nri = nri
+        self.start()
+        self.wait_ready()
 
     def running(self) -> bool:
         return self.component.running()

@@ -40,7 +40,10 @@ def test_containerd_config_is_toml_with_everything_under_the_workdir():
     assert options["Root"].startswith(str(LAY.workdir))
     assert runtime["cni"]["conf_dir"] == str(LAY.cni_conf_dir)
     nri = plugins["io.containerd.nri.v1.nri"]
-    assert nri == {"socket_path": str(LAY.nri_socket)}  # otherwise containerd's defaults
+    # otherwise containerd's defaults
+    assert nri == {"disable": False, "socket_path": str(LAY.nri_socket)}
+    off = tomllib.loads(containerd_config(LAY, Path("/opt/bin/runc"), nri=False))
+    assert off["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True
     assert plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == SANDBOX_IMAGE
     assert plugins["io.containerd.internal.v1.opt"]["path"].startswith(str(LAY.workdir))
 

@@ -1,9 +1,10 @@
-"""The container-restart limit of design.md ("Known limits"), on the real runtime,
-asserted exactly as documented until it changes: a container that references a
-netdev claim and restarts is never started again (runc cannot find the host
-interface it moved the first time: `move netDevice`); a container that does not
-reference it (the examples' way: an init container does) restarts freely and keeps
-the interface, which stays in the pod's network namespace."""
+"""The container-restart limit of CDI mode (design.md, "Known limits"), on the real
+runtime, with the driver in `--injection cdi` (what a node without NRI gets): a
+container that references a netdev claim and restarts is never started again (runc
+cannot find the host interface it moved the first time: `move netDevice`); a container
+that does not reference it (the examples' way: an init container does) restarts freely
+and keeps the interface, which stays in the pod's network namespace. In NRI mode, the
+node's default, such a container restarts and keeps it: test_8_nri.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .driver import HostDriver
 from .podnet import via_exec, via_sandbox
 from .scenario import SLEEPER, pod, template
 
@@ -37,9 +37,11 @@ def _app(cluster: NodeCluster, kns: str) -> dict[str, Any]:
     return dict(status)
 
 
-def test_app_referencing_the_claim_is_never_started_again(
-    cluster: NodeCluster, driver: HostDriver, kns
-):
+CDI = ("--injection", "cdi")
+
+
+def test_app_referencing_the_claim_is_never_started_again(cluster: NodeCluster, drivers, kns):
+    assert 'msg="injection mode" mode=cdi' in drivers.start(*CDI).log()
     cluster.apply(template("t", {"kind": "veth", "interfaceName": "net1"}), kns)
     cluster.apply(_with_state_volume(pod("p", ["t"], from_init=False, app_command=FAIL_ONCE)), kns)
     p = cluster.wait_running(kns, "p")
@@ -66,9 +68,8 @@ def test_app_referencing_the_claim_is_never_started_again(
     assert "net1" in via_sandbox(cluster.local.lay, p["metadata"]["uid"])
 
 
-def test_app_not_referencing_the_claim_restarts_and_keeps_it(
-    cluster: NodeCluster, driver: HostDriver, kns
-):
+def test_app_not_referencing_the_claim_restarts_and_keeps_it(cluster: NodeCluster, drivers, kns):
+    drivers.start(*CDI)
     cluster.apply(template("t", {"kind": "veth", "interfaceName": "net1"}), kns)
     cluster.apply(_with_state_volume(pod("p", ["t"], app_command=FAIL_ONCE)), kns)
 

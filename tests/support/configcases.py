@@ -276,6 +276,57 @@ def _bad_shapes() -> Iterator[Case]:
     )
 
 
+def _bad_routes_and_sysctls() -> Iterator[Case]:
+    routes = [
+        {"destination": "10.0.0.1/24"},  # host bits
+        {"gateway": "10.0.0.1"},  # no destination
+        {"destination": "0.0.0.0/0", "gateway": "10.0.0.1/32"},
+        {"destination": "fd00::/64", "gateway": "ff02::1"},  # multicast
+        {"destination": "FD00::/64"},  # not canonical
+        {"destination": "10.0.0.0/8", "metric": -1, "via": "x"},
+        "0.0.0.0/0",
+    ]
+    yield Case(
+        "bad routes",
+        (nd(kind="veth", routes=routes),),
+        (
+            "[0].netdev.routes[0].destination",
+            "[0].netdev.routes[1].destination",
+            "[0].netdev.routes[2].gateway",
+            "[0].netdev.routes[3].gateway",
+            "[0].netdev.routes[4].destination",
+            "[0].netdev.routes[5].metric",
+            "[0].netdev.routes[5].via",
+            "[0].netdev.routes[6]",
+        ),
+    )
+    yield Case(
+        "bad sysctls",
+        (
+            nd(
+                kind="veth",
+                sysctls={
+                    "net.ipv4.ip_forward": 1,  # not per interface
+                    "net.ipv4.conf.eth1.rp_filter": "1\n",
+                    "net.ipv6.conf.eth1.accept_ra": 1.5,
+                    "kernel.panic": "0",
+                },
+            ),
+        ),
+        (
+            '[0].netdev.sysctls["net.ipv4.ip_forward"]',
+            '[0].netdev.sysctls["net.ipv4.conf.eth1.rp_filter"]',
+            '[0].netdev.sysctls["net.ipv6.conf.eth1.accept_ra"]',
+            '[0].netdev.sysctls["kernel.panic"]',
+        ),
+    )
+    yield Case(
+        "too many sysctls",
+        (nd(sysctls={f"net.ipv4.conf.eth1.k{i}": 1 for i in range(33)}),),
+        ("[0].netdev.sysctls",),
+    )
+
+
 def _good() -> Iterator[Case]:
     yield Case("empty parameters", ({},))
     yield Case("type alone", ({"type": "netdev"},))
@@ -331,6 +382,31 @@ def _good() -> Iterator[Case]:
         "rdma", ({"type": "rdma", "rdma": {"kind": "uverbs", "netnsMode": "shared"}},), type="rdma"
     )
     yield Case(
+        "rdma exclusive (the node checks the injection mode and the host)",
+        ({"type": "rdma", "rdma": {"kind": "uverbs", "netnsMode": "exclusive"}},),
+        type="rdma",
+    )
+    yield Case(
+        "routes and sysctls (NRI mode; the node checks the interface and the mode)",
+        (
+            nd(
+                kind="veth",
+                ipAddresses=["10.0.0.2/24", "fd00::2/64"],
+                routes=[
+                    {"destination": "0.0.0.0/0", "gateway": "10.0.0.1"},
+                    {"destination": "fd00:20::/64", "gateway": "fe80::1", "metric": 4294967295},
+                    {"destination": "192.0.2.0/24"},
+                ],
+                sysctls={"net.ipv4.conf.eth1.rp_filter": 2, "net.ipv6.conf.eth1.accept_ra": "0"},
+            ),
+        ),
+    )
+    yield Case(
+        "sysctls merge with the class's",
+        (nd(sysctls={"net.ipv4.conf.eth1.forwarding": 1}),),
+        class_configs=(nd(kind="veth", sysctls={"net.ipv4.conf.eth1.rp_filter": 2}),),
+    )
+    yield Case(
         "combo over its class", ({"combo": {"netdev": {"interfaceName": "r0"}}},), type="combo"
     )
 
@@ -366,7 +442,7 @@ def _node_only() -> Iterator[Case]:
 
 def cases() -> list[Case]:
     """Every case of the table."""
-    out = [*_bad_values(), *_bad_shapes(), *_good(), *_node_only()]
+    out = [*_bad_values(), *_bad_shapes(), *_bad_routes_and_sysctls(), *_good(), *_node_only()]
     names = [c.name for c in out]
     assert len(names) == len(set(names)), "case names must be unique"
     return out

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,12 @@ class DriverProcess:
         registry: Path | None = None,
         plugins: Path | None = None,
         cdi: Path | None = None,
+        enter: Sequence[str] | None = None,
     ) -> None:
         """`own_flags` False: only --kubeconfig and `args` are given, everything else comes
-        from `env` (as in a pod of the DaemonSet), whose directories must be root's."""
+        from `env` (as in a pod of the DaemonSet), whose directories must be root's.
+        `enter`: the command prefix that puts it in its namespaces (default: `ip netns
+        exec <ns>`, the network namespace only)."""
         self.root = root
         self.driver = driver
         self.ns = ns
@@ -62,7 +66,8 @@ class DriverProcess:
         self.pod_uid = pod_uid
         self.log_path = root / f"driver-{pod_uid or 'main'}.log"
         self.cmd = [
-            *("ip", "netns", "exec", ns, sys.executable, "-m", "dradriver", "run"),
+            *(enter if enter is not None else ("ip", "netns", "exec", ns)),
+            *(sys.executable, "-m", "dradriver", "run"),
             *("--kubeconfig", str(kubeconfig)),
         ]
         if own_flags:

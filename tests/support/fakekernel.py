@@ -3,7 +3,14 @@
 It keeps what the driver looks at (links with name, kind, alias, MTU and its limits,
 MAC, state, addresses; veth peers; VF settings; routes, with the local routes the real
 kernel derives from addresses) and answers with the errno the real kernel gives for the
-same request (EEXIST, ENODEV, EINVAL, EADDRNOTAVAIL). A `Steps` controller
+same request (EEXIST, ENODEV, EINVAL, EADDRNOTAVAIL, ENETUNREACH).
+
+Pod network namespaces are separate tables (`add_namespace`, keyed by path): a thread
+enters one (`netlink.inside`), links move between them as the kernel moves them (down,
+addresses flushed, MTU, MAC and alias kept), and `remove_namespace` does what the kernel
+does when a namespace goes: virtual links die (a veth's peer with them), physical ones
+come back to the host (under their name, or `dev<N>` on a clash), RDMA devices too.
+Per-interface sysctls exist for the links of a namespace (KNOWN_CONF_KEYS). A `Steps` controller
 counts every request (and every file write it is told about) so a test can make the
 n-th one fail, or "crash" there: the kernel state and the files as they were just
 before that step are kept as an `Image`, and a BaseException unwinds. The code's own
@@ -17,6 +24,7 @@ import copy
 import errno
 import ipaddress
 import itertools
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +33,7 @@ from typing import Any
 from dradriver.netlink import Link, NetlinkError, Route, VfSettings
 
 _LOCAL_TABLE, _MAIN_TABLE = 255, 254
+KNOWN_CONF_KEYS = {"rp_filter", "forwarding", "accept_ra", "disable_ipv6", "arp_ignore", "mtu"}
 
 
 class Crash(BaseException):
@@ -48,6 +57,11 @@ class FakeLink:
     min_mtu: int = 68
     max_mtu: int = 65535
 
+    @property
+    def physical(self) -> bool:
+        """A NIC of the node (added by the test, not created): it outlives namespaces."""
+        return self.kind is None
+
     def view(self) -> Link:
         return Link(
             self.index,
@@ -64,11 +78,29 @@ class FakeLink:
 
 
 @dataclass
+class FakeNetns:
+    """A pod's network namespace: its links, the routes added to it, its sysctls."""
+
+    table: dict[str, FakeLink] = field(default_factory=dict)
+    added_routes: list[tuple[str, str | None, int | None, int]] = field(default_factory=list)
+    sysctls: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class Image:
-    """What survives a crash: the kernel's links and the files of the watched directories."""
+    """What survives a crash: the kernel's links (the host's and each namespace's, RDMA
+    devices) and the files of the watched directories."""
 
     table: dict[str, FakeLink]
     files: dict[Path, bytes]
+    namespaces: dict[str, FakeNetns] = field(default_factory=dict)
+    rdma: dict[str, str | None] = field(default_factory=dict)
+
+    def restore(self, kernel: FakeKernel) -> None:
+        """Put the kernel back as it was at the crash."""
+        kernel.table = self.table
+        kernel.namespaces = self.namespaces
+        kernel.rdma = self.rdma
 
 
 class Steps:
@@ -88,8 +120,12 @@ class Steps:
         self.count += 1
         self.log.append(what)
         if self.count == self.crash_at:
+            k = self.kernel
             self.image = Image(
-                copy.deepcopy(self.kernel.table) if self.kernel else {}, snapshot(self.dirs)
+                copy.deepcopy(k.table) if k else {},
+                snapshot(self.dirs),
+                copy.deepcopy(k.namespaces) if k else {},
+                dict(k.rdma) if k else {},
             )
             raise Crash(f"crash before step {self.count}: {what}")
         if self.count == self.fail_at:
@@ -122,8 +158,13 @@ class FakeKernel:
         self.table: dict[str, FakeLink] = {}
         self.vfs: dict[tuple[int, int], VfSettings] = {}
         self.static_routes: list[Route] = []  # what `ip route add` would have made
+        self.namespaces: dict[str, FakeNetns] = {}
+        self.rdma: dict[str, str | None] = {}  # RDMA device -> namespace path (None: host)
+        self.rdma_exclusive_mode = False
+        self.host_sysctls: dict[str, str] = {}
         self._index = itertools.count(2)
         self._mac = itertools.count(1)
+        self._thread = threading.local()
         self.steps = steps or Steps()
         self.steps.kernel = self
 
@@ -141,6 +182,43 @@ class FakeKernel:
 
     def names(self) -> set[str]:
         return set(self.table)
+
+    def add_namespace(self, path: str) -> FakeNetns:
+        """A pod's network namespace at `path` (as the runtime makes one), with lo."""
+        ns = self.namespaces[path] = FakeNetns()
+        ns.table["lo"] = FakeLink(next(self._index), "lo", "loopback", 65536, "", up=True)
+        return ns
+
+    def remove_namespace(self, path: str) -> None:
+        """What the kernel does when a namespace goes (see the module docstring)."""
+        ns = self.namespaces.pop(path)
+        for link in ns.table.values():
+            if link.physical:
+                name = link.name
+                if name in self.table:
+                    name = next(f"dev{i}" for i in itertools.count() if f"dev{i}" not in self.table)
+                link.name, link.up, link.addresses = name, False, set()
+                self.table[name] = link
+            elif link.kind == "veth" and link.peer in self.table:
+                del self.table[link.peer]
+        for name, where in self.rdma.items():
+            if where == path:
+                self.rdma[name] = None
+
+    def inside(self) -> str | None:
+        """The namespace path this thread is in (None: the host's)."""
+        return getattr(self._thread, "path", None)
+
+    def _ns(self, path: str | None) -> FakeNetns | None:
+        if path is None:
+            return None
+        if path not in self.namespaces:
+            raise OSError(errno.ENOENT, f"network namespace {path}: no such file")
+        return self.namespaces[path]
+
+    def _tables(self) -> dict[str, FakeLink]:
+        ns = self._ns(self.inside())
+        return self.table if ns is None else ns.table
 
     def route_get(self, address: str) -> str:
         """What `ip route get` answers, reduced: "local" or "via <gw> oif <i>" or
@@ -166,25 +244,26 @@ class FakeKernel:
     # -- the Kernel protocol ----------------------------------------------------------
 
     def _by_index(self, index: int) -> FakeLink:
-        for link in self.table.values():
+        for link in self._tables().values():
             if link.index == index:
                 return link
         raise NetlinkError("no such device", errno.ENODEV)
 
     def _by_name(self, name: str) -> FakeLink:
-        if name not in self.table:
+        if name not in self._tables():
             raise NetlinkError("no such device", errno.ENODEV)
-        return self.table[name]
+        return self._tables()[name]
 
     def links(self) -> list[Link]:
-        return [link.view() for link in self.table.values()]
+        return [link.view() for link in self._tables().values()]
 
     def find(self, name: str) -> Link | None:
-        link = self.table.get(name)
+        link = self._tables().get(name)
         return link.view() if link else None
 
     def create(self, name: str, kind: str, attrs: Mapping[str, Any]) -> None:
         self.steps.tick(f"create {kind} {name}")
+        assert self.inside() is None, "the driver creates links on the host only"
         peer = attrs.get("peer")
         if name in self.table or (peer and peer in self.table):
             raise NetlinkError("exists", errno.EEXIST)
@@ -209,11 +288,12 @@ class FakeKernel:
             raise NetlinkError("mac", errno.EADDRNOTAVAIL)
         if "ifname" in attrs:
             _check_name(attrs["ifname"])
-            if attrs["ifname"] in self.table:
+            table = self._tables()
+            if attrs["ifname"] in table:
                 raise NetlinkError("exists", errno.EEXIST)
-            del self.table[link.name]
+            del table[link.name]
             link.name = attrs["ifname"]
-            self.table[link.name] = link
+            table[link.name] = link
         for key, name in (("mtu", "mtu"), ("address", "address"), ("ifalias", "alias")):
             if key in attrs:
                 setattr(link, name, attrs[key])
@@ -225,9 +305,12 @@ class FakeKernel:
     def delete(self, name: str) -> None:
         self.steps.tick(f"delete {name}")
         link = self._by_name(name)
-        del self.table[name]
-        if link.peer and link.peer in self.table and link.kind == "veth":
-            del self.table[link.peer]
+        del self._tables()[name]
+        if link.peer and link.kind == "veth":  # the peer may be in another namespace
+            for table in [self.table, *(ns.table for ns in self.namespaces.values())]:
+                peer = table.get(link.peer)
+                if peer is not None and peer.peer == name:
+                    del table[link.peer]
 
     def delete_index(self, index: int) -> None:
         self.delete(self._by_index(index).name)
@@ -236,16 +319,25 @@ class FakeKernel:
         return sorted(self._by_index(index).addresses)
 
     def all_addresses(self) -> list[tuple[int, str, int]]:
-        return sorted((ln.index, a, p) for ln in self.table.values() for a, p in ln.addresses)
+        return sorted((ln.index, a, p) for ln in self._tables().values() for a, p in ln.addresses)
 
     def routes(self) -> list[Route]:
         """The static routes whose interface exists, and the routes the kernel derives from
         addresses: a local route per address (for IPv4 even on a down link, for IPv6
         only once the link is up: until then the address is tentative) and, on an up
         link, one for the address's prefix and (IPv4) one for its broadcast address."""
-        indexes = {ln.index for ln in self.table.values()}
-        out = [r for r in self.static_routes if r.oif is None or r.oif in indexes]
-        for link in self.table.values():
+        table = self._tables()
+        indexes = {ln.index for ln in table.values()}
+        ns = self._ns(self.inside())
+        if ns is None:
+            out = [r for r in self.static_routes if r.oif is None or r.oif in indexes]
+        else:
+            out = [
+                Route(dst, "unicast", _MAIN_TABLE, (gw,) if gw else (), oif)
+                for dst, gw, _, oif in ns.added_routes
+                if oif in indexes
+            ]
+        for link in table.values():
             for address, prefixlen in sorted(link.addresses):
                 if ":" in address and not link.up:
                     continue
@@ -286,6 +378,105 @@ class FakeKernel:
 
     def close(self) -> None:
         pass
+
+    # -- namespaces ---------------------------------------------------------------------
+
+    def enter(self, netns: str) -> None:
+        assert self.inside() is None, "netlink.inside is not nested"
+        self._ns(netns)
+        self._thread.path = netns
+
+    def leave(self) -> None:
+        self._thread.path = None
+
+    def has_netns(self, netns: str) -> bool:
+        return netns in self.namespaces
+
+    def move(self, index: int, netns: str | None, ifname: str) -> None:
+        self.steps.tick(f"move {index} to {netns or 'the host'} as {ifname}")
+        if netns is None and self.inside() is None:
+            raise NetlinkError("no namespace to return to", errno.EINVAL)
+        link = self._by_index(index)
+        target_ns = self._ns(netns)
+        target = self.table if target_ns is None else target_ns.table
+        if "%d" in ifname:  # a pattern: the kernel picks the first free number
+            ifname = next(
+                ifname.replace("%d", str(i))
+                for i in itertools.count()
+                if ifname.replace("%d", str(i)) not in target
+            )
+        _check_name(ifname)
+        if ifname in target and target[ifname] is not link:
+            raise NetlinkError("exists", errno.EEXIST)
+        del self._tables()[link.name]
+        link.name, link.up, link.addresses = ifname, False, set()
+        target[ifname] = link
+
+    def add_route(
+        self, index: int, destination: str, gateway: str | None, metric: int | None
+    ) -> None:
+        self.steps.tick(f"add route {destination} via {gateway} dev {index}")
+        ns = self._ns(self.inside())
+        assert ns is not None, "the driver adds routes only inside pods"
+        link = self._by_index(index)
+        if any(d == destination and (m or 0) == (metric or 0) for d, _, m, _ in ns.added_routes):
+            raise NetlinkError("exists", errno.EEXIST)
+        if gateway is not None:
+            gw = ipaddress.ip_address(gateway)
+            onlink = gw.version == 6 and gw.is_link_local
+            for other in ns.table.values():
+                for address, prefixlen in other.addresses:
+                    net = ipaddress.ip_interface(f"{address}/{prefixlen}").network
+                    onlink |= other.up and net.version == gw.version and gw in net
+            if not onlink:
+                raise NetlinkError("unreachable", errno.ENETUNREACH)
+        if not link.up:
+            raise NetlinkError("down", errno.ENETDOWN)
+        ns.added_routes.append((destination, gateway, metric, index))
+
+    def _sysctl(self, path: str) -> tuple[dict[str, str], bool]:
+        """(where the values of this thread's namespace are, whether `path` exists)."""
+        ns = self._ns(self.inside())
+        parts = path.split("/")
+        known = (
+            len(parts) == 5
+            and parts[:3] in (["net", "ipv4", "conf"], ["net", "ipv6", "conf"])
+            and parts[4] in KNOWN_CONF_KEYS
+            and (parts[3] in ("all", "default") or parts[3] in self._tables())
+        )
+        return (ns.sysctls if ns is not None else self.host_sysctls), known
+
+    def write_sysctl(self, path: str, value: str) -> None:
+        self.steps.tick(f"write sysctl {path}")
+        values, known = self._sysctl(path)
+        if not known:
+            raise OSError(errno.ENOENT, f"/proc/sys/{path}: no such file")
+        if "\n" in value.rstrip("\n"):
+            raise OSError(errno.EINVAL, "invalid argument")
+        values[path] = value
+
+    def has_sysctl(self, path: str) -> bool:
+        return self._sysctl(path)[1]
+
+    def sysctl(self, netns: str, path: str) -> str | None:
+        """What a namespace's sysctl was set to (None: never written)."""
+        return self.namespaces[netns].sysctls.get(path)
+
+    def rdma_devices(self) -> list[str]:
+        here = self.inside()
+        return sorted(n for n, where in self.rdma.items() if where == here)
+
+    def rdma_move(self, name: str, netns: str | None) -> None:
+        self.steps.tick(f"move RDMA device {name} to {netns or 'the host'}")
+        if self.rdma.get(name, "?") != self.inside():
+            raise OSError(errno.ENODEV, f"no RDMA device {name} in this namespace")
+        if netns is None and self.inside() is None:
+            raise OSError(errno.EINVAL, "no namespace to return to")
+        self._ns(netns)
+        self.rdma[name] = netns
+
+    def rdma_exclusive(self) -> bool:
+        return self.rdma_exclusive_mode
 
 
 def _check_name(name: str) -> None:

@@ -1,0 +1,574 @@
+"""The NRI mode's pod sandbox events (dradriver/sandboxes.py) in-process, without root:
+the real handlers, records and CDI specs on disk, and the in-memory kernel, whose pod
+network namespaces are separate tables (tests/support/fakekernel.py).
+
+Every step of a RunPodSandbox and of a StopPodSandbox (each kernel request, each file
+write) is made to fail, and separately to crash the process; what is left is checked
+after the runtime does what it does next (a failed run: stop and remove; a crash: the
+driver's restart and the runtime's Synchronize): the pod holds its interface as
+configured, or the node is as it was once the claim is unprepared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dradriver.hookspecs import CDI, NRI, ClaimRef
+from dradriver.moves import IN, SPENT
+from dradriver.nri import NriPlugin, PodSandbox
+from dradriver.nri.proto import api_pb2
+from dradriver.prepare import Preparer
+from dradriver.sandboxes import PodSandboxes
+from tests.support import nriruntime as stand_in
+from tests.support.fakekernel import Crash, FakeLink, restore
+from tests.support.statenode import POD, UID, Node, claim_object
+
+NETNS = "/run/netns/cni-one"
+NETNS2 = "/run/netns/cni-two"
+ROUTE = {"destination": "203.0.113.0/24", "gateway": "198.51.100.1", "metric": 10}
+KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "veth": (
+        "netdev-virtual",
+        {"kind": "veth", "interfaceName": "net1", "mtu": 1400,
+         "ipAddresses": ["198.51.100.7/24", "2001:db8::7/64"], "routes": [ROUTE],
+         "sysctls": {"net.ipv4.conf.net1.rp_filter": 2, "net.ipv6.conf.net1.accept_ra": "0"}},
+        True,
+    ),
+    "macvlan": (
+        "netdev-virtual",
+        {"kind": "macvlan", "parent": "ens2", "interfaceName": "data0",
+         "macAddress": "02:00:00:00:20:01", "ipAddresses": ["198.51.100.8/24"],
+         "routes": [{"destination": "0.0.0.0/0", "gateway": "198.51.100.1"}]},
+        True,
+    ),
+    "host-device": (
+        "nic-ens1",
+        {"kind": "host-device", "interfaceName": "net2", "mtu": 9000,
+         "macAddress": "02:00:00:00:30:01", "ipAddresses": ["198.51.100.9/24"],
+         "sysctls": {"net.ipv4.conf.net2.forwarding": "1"}},
+        False,
+    ),
+}  # fmt: skip
+CONTAINER = {"veth": "net1", "macvlan": "data0", "host-device": "net2"}
+REF = ClaimRef("default", "c", UID)
+RUN, STOP, REMOVE = api_pb2.RUN_POD_SANDBOX, api_pb2.STOP_POD_SANDBOX, api_pb2.REMOVE_POD_SANDBOX
+
+
+def _pod(sandbox: str = "s1", netns: str = NETNS) -> PodSandbox:
+    return PodSandbox(sandbox, POD, "p", "default", netns)
+
+
+def _add_claim(node: Node, kind: str) -> None:
+    device, netdev, share = KINDS[kind]
+    node.api.fake.add_claim(claim_object(UID, device, {"type": "netdev", "netdev": netdev}, share))
+
+
+def _preparer(node: Node, injection: str = NRI) -> Preparer:
+    preparer = node.preparer()
+    preparer.injection = injection
+    return preparer
+
+
+def _sandboxes(preparer: Preparer) -> PodSandboxes:
+    """The sandbox handler as `dra-driver run` wires it (a new one: a restarted driver)."""
+    return PodSandboxes(preparer.lifecycle, preparer.gate)
+
+
+def _prepare(preparer: Preparer) -> None:
+    outcome = preparer.prepare([REF])[UID]
+    assert outcome.error is None, outcome.error
+
+
+def _pod_view(node: Node, netns: str) -> dict[str, Any]:
+    """What a pod sees in its namespace: links (MTU, MAC, up, addresses), routes, sysctls."""
+    ns = node.kernel.namespaces[netns]
+    return {
+        "links": {
+            n: (ln.mtu, ln.address, ln.up, sorted(ln.addresses), ln.alias)
+            for n, ln in ns.table.items()
+        },
+        "routes": sorted((d, g or "", m or 0) for d, g, m, _ in ns.added_routes),
+        "sysctls": dict(ns.sysctls),
+    }
+
+
+def _record(node: Node) -> Any:
+    record = _preparer(node).records.load(UID)
+    assert record is not None
+    return record
+
+
+def _expected_inside(kind: str) -> tuple[str, set[str]]:
+    """(interface name in the pod, the addresses it must hold)."""
+    _, netdev, _ = KINDS[kind]
+    addresses = set(netdev["ipAddresses"])
+    if kind == "host-device":
+        addresses.add("192.0.2.5/24")  # the NIC's own address goes with it, as in CDI mode
+    return CONTAINER[kind], addresses
+
+
+def _check_inside(node: Node, kind: str, netns: str = NETNS) -> None:
+    name, addresses = _expected_inside(kind)
+    view = _pod_view(node, netns)
+    mtu, mac, up, held, _ = view["links"][name]
+    _, netdev, _ = KINDS[kind]
+    assert up and {f"{a}/{p}" for a, p in held} == addresses, view
+    assert mtu == netdev.get("mtu", mtu) and mac == netdev.get("macAddress", mac)
+    routes = {
+        (r["destination"], r.get("gateway", ""), r.get("metric", 0))
+        for r in netdev.get("routes", ())
+    }
+    assert set(view["routes"]) == routes
+    for key, value in netdev.get("sysctls", {}).items():
+        _, family, _, ifname, leaf = key.split(".")
+        assert view["sysctls"][f"net/{family}/conf/{ifname}/{leaf}"] == str(value)
+
+
+def _teardown(node: Node, sandboxes: PodSandboxes, pod: PodSandbox) -> None:
+    """What the runtime does when the pod goes: stop, netns gone, remove."""
+    sandboxes.stop_pod_sandbox(pod)
+    if pod.netns in node.kernel.namespaces:
+        node.kernel.remove_namespace(pod.netns)
+    sandboxes.remove_pod_sandbox(PodSandbox(pod.id, pod.uid, pod.name, pod.namespace, ""))
+
+
+# -- prepare in NRI mode ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_nri_prepare_keeps_addresses_off_the_host_and_netdevices_out_of_the_spec(node, kind):
+    before = node.links()
+    _add_claim(node, kind)
+    _prepare(_preparer(node))
+    record = _record(node)
+    assert record.injection == NRI and record.placement == {}
+    [moves] = record.moves.values()
+    [spec] = record.specs.values()
+    [device] = spec["devices"]
+    edits = device["containerEdits"]
+    assert "netDevices" not in edits
+    name = CONTAINER[kind]
+    assert f"DRA_NETDEV={name}" in edits["env"] and f"DRA_NETDEV_NIC={name}" in edits["env"]
+    assert [m.container for m in moves] == [name]
+    # Not one of the claim's addresses is on the host: the host keeps what it had.
+    held = {a for ln in node.kernel.table.values() for a in ln.addresses}
+    assert held == {a for v in before.values() for a in v[4]}
+
+
+def test_cdi_mode_refuses_routes_sysctls_and_says_why(node):
+    _add_claim(node, "veth")
+    outcome = _preparer(node, CDI).prepare([REF])[UID]
+    assert outcome.error is not None
+    for field in ("$.netdev.routes", "$.netdev.sysctls"):
+        assert f"{field}: needs the NRI injection mode" in outcome.error
+    assert node.files() == []
+
+
+def test_sysctls_of_another_interface_or_unknown_keys_are_refused(node):
+    netdev = {"kind": "veth", "interfaceName": "net1", "sysctls": {
+        "net.ipv4.conf.eth0.rp_filter": 1, "net.ipv4.conf.net1.no_such_key": 1}}  # fmt: skip
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    outcome = _preparer(node).prepare([REF])[UID]
+    assert outcome.error is not None
+    assert '$.netdev.sysctls["net.ipv4.conf.eth0.rp_filter"]: names interface eth0' in outcome.error
+    assert '$.netdev.sysctls["net.ipv4.conf.net1.no_such_key"]: this node has no' in outcome.error
+
+
+def test_a_gateway_off_the_interfaces_networks_is_refused(node):
+    netdev = {"kind": "veth", "ipAddresses": ["198.51.100.7/24"], "routes": [
+        {"destination": "0.0.0.0/0", "gateway": "203.0.113.1"},
+        {"destination": "2001:db8:1::/48", "gateway": "198.51.100.1"}]}  # fmt: skip
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    outcome = _preparer(node).prepare([REF])[UID]
+    assert outcome.error is not None
+    assert "$.netdev.routes[0].gateway: 203.0.113.1 is not on a network" in outcome.error
+    assert "$.netdev.routes[1].gateway: 198.51.100.1 is not of the family" in outcome.error
+
+
+# -- sandbox events ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_run_moves_configures_and_a_repeat_or_another_instance_changes_nothing(node, kind):
+    before = node.links()
+    _add_claim(node, kind)
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes = _sandboxes(preparer)
+    sandboxes.run_pod_sandbox(_pod())
+    _check_inside(node, kind)
+    assert _record(node).placement[next(iter(_record(node).moves))]["state"] == IN
+    steps = node.steps.count
+    sandboxes.run_pod_sandbox(_pod())  # a repeated event
+    _sandboxes(_preparer(node)).run_pod_sandbox(_pod())  # the other instance's turn
+    assert node.steps.count == steps
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == []
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_pods_next_sandbox_gets_the_claim_again(node, kind):
+    """The pause container died: the runtime stops and removes the sandbox (a virtual
+    link dies with its namespace, a physical one is given back and restored) and the
+    kubelet creates a new one for the same pod, without preparing the claim again."""
+    before = node.links()
+    _add_claim(node, kind)
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    sandboxes.stop_pod_sandbox(_pod())
+    if kind == "host-device":  # back on the host, as unprepare gives it back
+        assert node.links()["ens1"] == before["ens1"]
+    node.kernel.remove_namespace(NETNS)
+    assert {w["state"] for w in _record(node).placement.values()} == {SPENT}
+    node.kernel.add_namespace(NETNS2)
+    written: list[Any] = []
+    sandboxes.status = type("Sink", (), {"submit": lambda _, r: written.append(r)})()
+    sandboxes.run_pod_sandbox(_pod("s2", NETNS2))
+    _check_inside(node, kind, NETNS2)
+    # Prepared again: its status (a new veth's MAC) is written again.
+    assert [r.claim.uid for r in written] == [UID]
+    _teardown(node, sandboxes, _pod("s2", NETNS2))
+    sandboxes.remove_pod_sandbox(_pod("s1", ""))
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == []
+
+
+def test_a_claim_prepared_in_cdi_mode_is_left_to_the_runtime(node):
+    netdev = {"kind": "veth", "interfaceName": "net1"}
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    preparer = _preparer(node, CDI)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    steps = node.steps.count
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    assert node.steps.count == steps and set(node.kernel.namespaces[NETNS].table) == {"lo"}
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_host_network_pod_cannot_get_the_interface(node):
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    with pytest.raises(Exception, match=r"claim default/c .*hostNetwork"):
+        _sandboxes(preparer).run_pod_sandbox(_pod(netns=""))
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_busy_lock_is_an_error_within_the_events_budget(node):
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes = PodSandboxes(preparer.lifecycle, preparer.gate, lock_wait=0.2)
+    preparer.gate.lock.acquire()  # a long prepare (or the other instance) holds it
+    try:
+        with pytest.raises(Exception, match="serialisation lock was not free"):
+            sandboxes.run_pod_sandbox(_pod())
+    finally:
+        preparer.gate.lock.release()
+    sandboxes.run_pod_sandbox(_pod())  # the kubelet's retry
+    _check_inside(node, "veth")
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_synchronize_spends_gone_sandboxes_and_fills_running_ones(node):
+    """The driver was down while a sandbox was created (the runtime does not wait for a
+    plugin that is not connected) and while another one went."""
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes = _sandboxes(preparer)
+    sandboxes.synchronize([_pod()])
+    assert sandboxes.synced.wait(5)
+    _check_inside(node, "veth")
+    # The sandbox goes while the driver is down; the next Synchronize lists none.
+    node.kernel.remove_namespace(NETNS)
+    restarted = _sandboxes(_preparer(node))
+    restarted.synchronize([])
+    assert restarted.synced.wait(5)
+    assert {w["state"] for w in _record(node).placement.values()} == {SPENT}
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.files() == []
+
+
+# -- failures and crashes at every step ------------------------------------------------------
+
+
+def _count(node: Node, fn: Callable[[], None]) -> int:
+    start = node.steps.count
+    fn()
+    return node.steps.count - start
+
+
+def _claim_ready(node: Node, renew: bool) -> Preparer:
+    """The claim prepared in NRI mode; with `renew`, used up by a first sandbox of the pod
+    (so that the next one prepares it again first)."""
+    preparer = _preparer(node)
+    _prepare(preparer)
+    if renew:
+        node.kernel.add_namespace(NETNS)
+        _sandboxes(preparer).run_pod_sandbox(_pod("first"))
+        _teardown(node, _sandboxes(preparer), _pod("first"))
+    return preparer
+
+
+def _finish(node: Node, preparer: Preparer, before: dict[str, Any]) -> None:
+    """The pod goes: the claim is unprepared, and the node holds what it held before."""
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == [], node.steps.log[-20:]
+
+
+@pytest.mark.parametrize("renew", [False, True], ids=["first-sandbox", "next-sandbox"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_failure_at_any_step_of_run_fails_the_sandbox_and_the_next_one_works(node, kind, renew):
+    before = node.links()
+    _add_claim(node, kind)
+    preparer = _claim_ready(node, renew)
+    node.kernel.add_namespace(NETNS)
+    steps = _count(node, lambda: _sandboxes(preparer).run_pod_sandbox(_pod()))
+    _teardown(node, _sandboxes(preparer), _pod())
+    _finish(node, preparer, before)
+    for step in range(1, steps + 1):
+        preparer = _claim_ready(node, renew)
+        node.kernel.add_namespace(NETNS)
+        node.steps.fail_at = node.steps.count + step
+        with pytest.raises(Exception) as failed:
+            _sandboxes(preparer).run_pod_sandbox(_pod("failing"))
+        node.steps.fail_at = None
+        assert "Operation not permitted" in str(failed.value), step
+        assert f"claim default/c ({UID})" in str(failed.value) or "write" in str(failed.value)
+        # The runtime fails the sandbox: it sends Stop and Remove, the namespace goes.
+        _teardown(node, _sandboxes(preparer), _pod("failing"))
+        node.kernel.add_namespace(NETNS)
+        sandboxes = _sandboxes(preparer)
+        sandboxes.run_pod_sandbox(_pod("retry"))  # the kubelet's next sandbox gets it all
+        _check_inside(node, kind)
+        _teardown(node, sandboxes, _pod("retry"))
+        _finish(node, preparer, before)
+
+
+@pytest.mark.parametrize("renew", [False, True], ids=["first-sandbox", "next-sandbox"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_crash_at_any_step_of_run_is_finished_at_the_next_synchronize(node, kind, renew):
+    before = node.links()
+    _add_claim(node, kind)
+    preparer = _claim_ready(node, renew)
+    node.kernel.add_namespace(NETNS)
+    steps = _count(node, lambda: _sandboxes(preparer).run_pod_sandbox(_pod()))
+    _teardown(node, _sandboxes(preparer), _pod())
+    _finish(node, preparer, before)
+    for step in range(1, steps + 1):
+        preparer = _claim_ready(node, renew)
+        node.kernel.add_namespace(NETNS)
+        node.steps.crash_at = node.steps.count + step
+        with pytest.raises(Crash):
+            _sandboxes(preparer).run_pod_sandbox(_pod("crashing"))
+        node.steps.crash_at = None
+        image = node.steps.image
+        assert image is not None
+        image.restore(node.kernel)
+        restore(node.steps.dirs, image.files)
+        # The driver restarts: start-up reconciliation, then the runtime's Synchronize
+        # lists the running sandbox (its containers started meanwhile, without it).
+        restarted = node.start()
+        sandboxes = _sandboxes(restarted)
+        sandboxes.synchronize([_pod("crashing")])
+        assert sandboxes.synced.wait(5), step
+        _check_inside(node, kind)
+        _teardown(node, sandboxes, _pod("crashing"))
+        _finish(node, restarted, before)
+
+
+@pytest.mark.parametrize("gone", [False, True], ids=["sandbox-alive", "sandbox-gone"])
+@pytest.mark.parametrize("kind", ["host-device", "veth"])
+def test_a_crash_at_any_step_of_stop_is_finished_or_spent_at_synchronize(node, kind, gone):
+    before = node.links()
+    _add_claim(node, kind)
+    _prepare(_preparer(node))
+
+    def run_and_stop() -> None:
+        node.kernel.add_namespace(NETNS)
+        _sandboxes(_preparer(node)).run_pod_sandbox(_pod())
+        _sandboxes(_preparer(node)).stop_pod_sandbox(_pod())
+
+    run_and_stop()
+    node.kernel.remove_namespace(NETNS)
+    _sandboxes(_preparer(node)).remove_pod_sandbox(_pod(netns=""))
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(_preparer(node)).run_pod_sandbox(_pod())
+    steps = _count(node, lambda: _sandboxes(_preparer(node)).stop_pod_sandbox(_pod()))
+    node.kernel.remove_namespace(NETNS)
+    _sandboxes(_preparer(node)).remove_pod_sandbox(_pod(netns=""))
+    for step in range(1, steps + 1):
+        node.kernel.add_namespace(NETNS)
+        _sandboxes(_preparer(node)).run_pod_sandbox(_pod())
+        node.steps.crash_at = node.steps.count + step
+        with pytest.raises(Crash):
+            _sandboxes(_preparer(node)).stop_pod_sandbox(_pod())
+        node.steps.crash_at = None
+        image = node.steps.image
+        assert image is not None
+        image.restore(node.kernel)
+        restore(node.steps.dirs, image.files)
+        restarted = node.start()
+        sandboxes = _sandboxes(restarted)
+        if gone:  # the runtime finished the stop without the driver: the namespace went
+            node.kernel.remove_namespace(NETNS)
+            sandboxes.synchronize([])
+        else:
+            sandboxes.synchronize([_pod()])
+        assert sandboxes.synced.wait(5), step
+        if not gone:
+            node.kernel.remove_namespace(NETNS)
+        sandboxes.remove_pod_sandbox(_pod(netns=""))
+        assert {w["state"] for w in _record(node).placement.values()} == {SPENT}, step
+    assert _preparer(node).unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == [], node.steps.log[-20:]
+
+
+def test_events_of_many_pods_from_two_threads_never_interleave_badly(node):
+    """The runtime calls one event at a time, but the background synchronize runs beside
+    the events: both take the lock, and the records stay true."""
+    uids = [f"5a0c6f5e-0000-4000-8000-0000000001{i:02d}" for i in range(6)]
+    pods = [f"5a0c6f5e-0000-4000-8000-0000000002{i:02d}" for i in range(6)]
+    for i, (uid, pod) in enumerate(zip(uids, pods, strict=True)):
+        claim = claim_object(
+            uid, "netdev-virtual", {"type": "netdev", "netdev": {"kind": "veth"}}, True
+        )
+        claim["metadata"]["name"] = f"c{i}"
+        claim["status"]["reservedFor"][0]["uid"] = pod
+        node.api.fake.add_claim(claim)
+    preparer = _preparer(node)
+    refs = [ClaimRef("default", f"c{i}", uid) for i, uid in enumerate(uids)]
+    assert all(o.error is None for o in preparer.prepare(refs).values())
+    sandboxes = [
+        PodSandbox(f"s{i}", pod, f"p{i}", "default", f"/run/netns/{i}")
+        for i, pod in enumerate(pods)
+    ]
+    for sb in sandboxes:
+        node.kernel.add_namespace(sb.netns)
+    events = _sandboxes(preparer)
+    events.synchronize(sandboxes[:3])
+    threads = [threading.Thread(target=events.run_pod_sandbox, args=(sb,)) for sb in sandboxes[3:]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert events.synced.wait(5)
+    for sb in sandboxes:
+        assert "eth1" in node.kernel.namespaces[sb.netns].table, sb
+    for sb in sandboxes:
+        _teardown(node, events, sb)
+    assert all(o.error is None for o in preparer.unprepare(refs).values())
+    assert node.files() == []
+
+
+# -- through the plugin runtime and the NRI stand-in -----------------------------------------
+
+
+def _nri_pod(sandbox: str, netns: str) -> Any:
+    msg = stand_in.pod(POD, netns)
+    msg.id = sandbox
+    return msg
+
+
+def test_two_instances_behind_the_nri_stand_in_move_once_and_give_back_once(node):
+    """A rolling update: the runtime calls both plugins (same name and index) for every
+    event, one after the other. Only the first does the work; the second finds it done."""
+    before = node.links()
+    _add_claim(node, "host-device")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    with stand_in.fake_runtime() as runtime:
+        plugins, conns = [], []
+        for _ in range(2):
+            plugin = NriPlugin(
+                runtime.path, _sandboxes(_preparer(node)), backoff_first=0.05, backoff_max=0.2
+            )
+            plugin.start()
+            plugins.append(plugin)
+            conn = runtime.accept()
+            conn.configure()
+            conn.synchronize([])
+            conns.append(conn)
+        try:
+            assert all(p.wait_registered(5) for p in plugins)
+            for conn in conns:  # RunPodSandbox, to each plugin in turn
+                assert conn.state_change(RUN, _nri_pod("s1", NETNS))
+            _check_inside(node, "host-device")
+            moves = [line for line in node.steps.log if line.startswith("move ")]
+            assert len(moves) == 1, moves
+            for conn in conns:
+                assert conn.state_change(STOP, _nri_pod("s1", NETNS))
+            assert node.links()["ens1"] == before["ens1"]  # given back and restored, once
+            node.kernel.remove_namespace(NETNS)
+            for conn in conns:
+                assert conn.state_change(REMOVE, _nri_pod("s1", ""))
+            assert [c.violations for c in conns] == [[], []]
+        finally:
+            for plugin in plugins:
+                plugin.stop()
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == []
+
+
+def test_a_failed_run_behind_the_nri_stand_in_names_the_pod_claim_and_interface(node):
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    node.kernel.namespaces[NETNS].table["net1"] = FakeLink(999, "net1", "dummy")  # taken
+    with stand_in.fake_runtime() as runtime:
+        plugin = NriPlugin(runtime.path, _sandboxes(preparer), backoff_first=0.05, backoff_max=0.2)
+        plugin.start()
+        try:
+            conn = runtime.accept()
+            conn.configure()
+            conn.synchronize([])
+            with pytest.raises(stand_in.CallFailed) as failed:
+                conn.state_change(RUN, _nri_pod("s1", NETNS))
+        finally:
+            plugin.stop()
+    message = failed.value.message
+    assert message.startswith(f"dra-driver: RunPodSandbox of pod default/app (uid {POD}): ")
+    assert f"claim default/c ({UID}): request nic: move drc" in message
+    assert "into the pod as net1: File exists" in message
+    del node.kernel.namespaces[NETNS].table["net1"]
+    _teardown(node, _sandboxes(preparer), _pod("s1"))
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_sandbox_run_after_the_synchronize_snapshot_is_not_taken_for_gone(node):
+    """Synchronize lists the sandboxes of its moment; one created right after it is
+    placed by its RunPodSandbox before the background pass looks at the records."""
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes = _sandboxes(preparer)
+    sandboxes.synced.set()
+    sandboxes.synchronize([])  # an empty node, a moment ago ...
+    sandboxes.run_pod_sandbox(_pod())  # ... then a pod's sandbox
+    assert sandboxes.synced.wait(5)
+    sandboxes.reconcile([])  # (the pass, done once more with that snapshot)
+    assert {w["state"] for w in _record(node).placement.values()} == {IN}
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
