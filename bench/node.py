@@ -138,6 +138,8 @@ def driver_phases(node: LocalNode) -> dict[str, dict[str, float]]:
             out.setdefault(labels["method"], {})["calls"] = float(m.group(3))
         elif m.group(1) == "dra_driver_kubelet_call_seconds_sum":
             out.setdefault(labels["method"], {})["handler"] = float(m.group(3))
+        elif m.group(1) == "dra_driver_injection_mode" and float(m.group(3)) == 1:
+            out["injection"] = {labels["mode"]: 1.0}
     return out
 
 
@@ -147,6 +149,8 @@ def phases_delta(
     """Mean milliseconds per call of each phase between two scrapes."""
     out: dict[str, Any] = {}
     for method, now in after.items():
+        if method == "injection":
+            continue
         was = before.get(method, {})
         calls = now.get("calls", 0) - was.get("calls", 0)
         if calls <= 0:
@@ -212,7 +216,8 @@ def node_figures(pods: int) -> dict[str, Any]:
             gone_claimed.append(_time_to_gone(cluster, ns, f"claim{i}"))
         time.sleep(1)  # the last unprepare lands in the histogram
         after = parse_histograms(node.kubelet.metrics())
-        phases = phases_delta(phases_before, driver_phases(node))
+        phases_after = driver_phases(node)
+        phases = phases_delta(phases_before, phases_after)
         with (node.lay.logs / "kubelet.log").open(errors="replace") as f:
             f.seek(log_mark)
             per_call = kubelet_call_durations(f.read())
@@ -227,6 +232,7 @@ def node_figures(pods: int) -> dict[str, Any]:
         return {
             "pods": pods,
             "driver_phases_ms": phases,
+            "injection": next(iter(phases_after.get("injection", {"?": 1.0}))),
             "start_plain": summary(plain),
             "start_with_claim": summary(claimed),
             "delete_plain": summary(gone_plain),

@@ -104,7 +104,13 @@ class ConfigSchema:
         shape = shape_problem(parameters)
         if shape is not None:
             return [shape]
-        return list(self._issues_of(json.dumps(parameters, sort_keys=True)))
+        try:
+            key = json.dumps(parameters, sort_keys=True)
+        except (TypeError, ValueError):  # not JSON (a YAML date, say): no cache
+            return self._validate(parameters)
+        if json.loads(key) != parameters:  # JSON changed it (integer keys, tuples, NaN)
+            return self._validate(parameters)
+        return list(self._issues_of(key))
 
     def _validate_json(self, text: str) -> tuple[tuple[str, str], ...]:
         return tuple(self._validate(json.loads(text)))

@@ -21,7 +21,7 @@ from dradriver.errors import ClaimError, DriverError
 from dradriver.hookspecs import ClaimRef
 from dradriver.kubeapi import ApiError
 
-FETCH_WORKERS = 8
+FETCH_WORKERS = 4  # at most; started as batches need them (each keeps its own connection)
 _GRACE = 1.0  # a GET may outlive the budget by this much, so the budget's error wins
 
 
@@ -65,7 +65,8 @@ class ClaimFetcher:
         self._queue: queue.SimpleQueue[tuple[ClaimRef, Deadline, Future[Fetched]]] = (
             queue.SimpleQueue()
         )
-        self._started = False
+        self._started = 0
+        self._idle = 0
         self._start_lock = threading.Lock()
 
     def fetch(
@@ -75,7 +76,7 @@ class ClaimFetcher:
         `abandon` completes (shutdown), whichever comes first."""
         if not refs:
             return {}
-        self._start()
+        self._start(len(refs))
         futures: dict[Future[Fetched], ClaimRef] = {}
         for ref in refs:
             future: Future[Fetched] = Future()
@@ -120,24 +121,36 @@ class ClaimFetcher:
         except DriverError as exc:
             return Fetched(error=exc)
 
-    def _start(self) -> None:
+    def _start(self, claims: int) -> None:
+        """Reserve workers for `claims` more GETs, starting new ones beyond those free, up
+        to the limit (a node whose calls carry one claim each keeps one worker, one
+        connection). `_idle` is the workers free minus the GETs queued for them."""
         with self._start_lock:
-            if self._started:
-                return
-            for i in range(self._workers):
-                name = f"claim-get-{i}"
+            wanted = min(claims - self._idle, self._workers - self._started)
+            for _ in range(max(wanted, 0)):
+                name = f"claim-get-{self._started}"
                 threading.Thread(target=self._work, name=name, daemon=True).start()
-            self._started = True
+                self._started += 1
+                self._idle += 1
+            self._idle -= claims
 
     def _work(self) -> None:
         while True:
             ref, deadline, future = self._queue.get()
-            if not future.set_running_or_notify_cancel():  # cancelled: the call is over
-                continue
             try:
-                future.set_result(self._get(ref, deadline))
-            except Exception as exc:  # a bug: that claim's error, never a dead worker
-                future.set_result(Fetched(error=exc))
+                self._serve(ref, deadline, future)
+            finally:
+                with self._start_lock:
+                    self._idle += 1
+
+    def _serve(self, ref: ClaimRef, deadline: Deadline, future: Future[Fetched]) -> None:
+        """Answer one queued GET (unless its call gave up on it already)."""
+        if not future.set_running_or_notify_cancel():  # cancelled: the call is over
+            return
+        try:
+            future.set_result(self._get(ref, deadline))
+        except Exception as exc:  # a bug: that claim's error, never a dead worker
+            future.set_result(Fetched(error=exc))
 
 
 _NEVER: Future[None] = Future()  # an `abandon` that never completes

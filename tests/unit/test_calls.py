@@ -111,6 +111,33 @@ def test_claims_are_fetched_side_by_side_with_bounded_parallelism():
     assert [f.get()["metadata"]["name"] for f in got.values()] == [f"c{i}" for i in range(8)]
 
 
+def _workers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("claim-get-")}
+
+
+def test_workers_start_as_calls_need_them_one_for_calls_of_one_claim():
+    """A worker keeps its own connection to the API server: one-claim calls in a row
+    keep one, a batch of three adds two, a call beside a busy worker gets its own."""
+    before = _workers()
+    fetcher = ClaimFetcher(_Api(), workers=4)
+    for i in range(5):
+        [got] = fetcher.fetch(_refs(1), Deadline.after(5), Future()).values()
+        assert got.get()["metadata"]["name"] == "c0"
+    assert fetcher._started == 1
+    fetcher.fetch(_refs(3), Deadline.after(5), Future())
+    assert fetcher._started == 3
+    fetcher.api = _Api(delay=0.5)  # three busy workers, two calls of one claim beside them
+    beside = threading.Thread(target=fetcher.fetch, args=(_refs(3), Deadline.after(5), Future()))
+    beside.start()
+    time.sleep(0.1)
+    start = time.monotonic()
+    fetcher.fetch(_refs(1), Deadline.after(5), Future())
+    assert time.monotonic() - start < 0.9  # its own worker: not queued behind the three
+    assert fetcher._started == 4
+    beside.join()
+    assert len(_workers() - before) == 4
+
+
 def test_a_claim_not_fetched_within_the_budget_names_the_server_and_the_budget():
     api = _Api(delay=5)
     start = time.monotonic()

@@ -1,6 +1,8 @@
 """The config schema: defaults, JSON paths in errors, and the invalid configs that
 tests/support/configcases.py also runs through the admission policy."""
 
+import datetime
+
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -273,3 +275,15 @@ def test_a_config_is_validated_once_and_told_apart_from_a_lookalike(monkeypatch)
     issues = schema.issues(lookalike)
     issues.clear()  # a caller changing its copy does not change the remembered result
     assert schema.issues(lookalike) != []
+
+
+def test_a_config_json_cannot_spell_is_validated_as_it_is_never_remembered():
+    """YAML gives `validate-config` dates and integer keys, which JSON cannot keep: such
+    a config is judged as it is (an answer, never a traceback, nor another config's
+    verdict)."""
+    schema = ConfigSchema(HandlerRegistry(), "dra.example.com")
+    dated = {"type": "netdev", "netdev": {"kind": datetime.date(2001, 12, 14)}}
+    assert "$.netdev.kind" in dict(schema.issues(dated))
+    numbered = {"type": "netdev", "netdev": {"kind": "veth", 1: "x"}}
+    assert schema.issues(numbered) != []
+    assert schema.issues({"type": "netdev", "netdev": {"kind": "veth", "1": "x"}}) != []
