@@ -120,7 +120,7 @@ def test_workers_start_as_calls_need_them_one_for_calls_of_one_claim():
     keep one, a batch of three adds two, a call beside a busy worker gets its own."""
     before = _workers()
     fetcher = ClaimFetcher(_Api(), workers=4)
-    for i in range(5):
+    for _ in range(5):
         [got] = fetcher.fetch(_refs(1), Deadline.after(5), Future()).values()
         assert got.get()["metadata"]["name"] == "c0"
     assert fetcher._started == 1
