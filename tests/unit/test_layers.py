@@ -29,6 +29,8 @@ LAYERS: dict[str, set[str]] = {
         "rtnl.addresses",
         "rtnl.routes",
         "rtnl.client",
+        "nsfs",
+        "rdmanl",
         "linkreaper",
         "kubeconfig",
         "kubeapi",
