@@ -8,6 +8,10 @@ which interface failed, in one format: `<what>: <strerror> (errno <n>)`, followe
 The functions delegate to one `Kernel` backend: our own rtnetlink client on the real
 kernel (`dradriver.rtnl`), or a fake one (`use`) so the prepare state machine can be
 tested without root.
+
+A pod's network namespace (the NRI mode) is reached with `inside(path)`: the calling
+thread enters it (its socket reopened there) for the block and comes back even on an
+error; links move between namespaces with `move`, RDMA devices with `rdma_move`.
 """
 
 from __future__ import annotations
@@ -147,6 +151,39 @@ class Kernel(Protocol):
 
     def close(self) -> None:
         """Release this thread's resources (before it changes namespace or ends)."""
+
+    def enter(self, netns: str) -> None:
+        """Move this thread into the network namespace at path `netns` (checked)."""
+
+    def leave(self) -> None:
+        """Bring this thread back to the namespace it was in before `enter`."""
+
+    def has_netns(self, netns: str) -> bool:
+        """Whether `netns` is (still) a network namespace."""
+
+    def move(self, index: int, netns: str | None, ifname: str) -> None:
+        """Move a link into the namespace at `netns` (None: the one this thread left in
+        `enter`), named `ifname` there, in one request."""
+
+    def add_route(
+        self, index: int, destination: str, gateway: str | None, metric: int | None
+    ) -> None:
+        """Add a route via one interface (main table)."""
+
+    def write_sysctl(self, path: str, value: str) -> None:
+        """Write /proc/sys/<path> as this thread sees it (its network namespace)."""
+
+    def has_sysctl(self, path: str) -> bool:
+        """Whether /proc/sys/<path> exists for this thread."""
+
+    def rdma_devices(self) -> list[str]:
+        """RDMA devices this thread's namespace sees."""
+
+    def rdma_move(self, name: str, netns: str | None) -> None:
+        """Move an RDMA device into the namespace at `netns` (None: as for `move`)."""
+
+    def rdma_exclusive(self) -> bool:
+        """Whether RDMA devices are in exclusive netns mode."""
 
 
 def _backend() -> Kernel:
@@ -293,6 +330,92 @@ def close() -> None:
     """Release this thread's socket (e.g. before the thread changes network namespace)."""
     if _kernel is not None:
         _kernel.close()
+
+
+@contextmanager
+def inside(netns: str) -> Iterator[None]:
+    """Run the block with this thread inside the network namespace at `netns` (a path
+    the runtime reported; it must be a network namespace), back where it was after it,
+    even on an error. Not nested."""
+    kernel = _kernel or _backend()
+    try:
+        kernel.enter(netns)
+    except NetlinkError as exc:
+        raise NetlinkError(f"enter the pod's network namespace {netns}", exc.errno) from None
+    except OSError as exc:  # the path: gone, not a namespace
+        raise DeviceError(f"cannot enter the pod's network namespace: {exc.strerror}") from None
+    try:
+        yield
+    finally:
+        kernel.leave()
+
+
+def netns_exists(netns: str) -> bool:
+    """Whether the path `netns` is (still) a network namespace (a sandbox torn down
+    leaves none)."""
+    return bool(netns) and (_kernel or _backend()).has_netns(netns)
+
+
+def move(link: Link, netns: str | None, ifname: str, what: str) -> None:
+    """Move `link` into the namespace at path `netns` (None: back to the namespace this
+    thread left with `inside`) under the name `ifname`, in one request."""
+    try:
+        (_kernel or _backend()).move(link.index, netns, ifname)
+    except NetlinkError as exc:
+        raise NetlinkError(what, exc.errno) from None
+    except OSError as exc:
+        raise DeviceError(f"{what}: {exc.strerror}") from None
+
+
+def add_route(
+    link: Link, destination: str, gateway: str | None, metric: int | None, exist_ok: bool = False
+) -> None:
+    """Add a route to `destination` via `link` (and `gateway`), main table."""
+    try:
+        (_kernel or _backend()).add_route(link.index, destination, gateway, metric)
+    except NetlinkError as exc:
+        if exist_ok and exc.errno == errno.EEXIST:
+            return
+        via = f" via {gateway}" if gateway else ""
+        raise NetlinkError(f"add route {destination}{via} dev {link.name}", exc.errno) from None
+
+
+def set_sysctl(path: str, value: str) -> None:
+    """Write /proc/sys/<path> (slash-separated) as this thread sees it."""
+    try:
+        (_kernel or _backend()).write_sysctl(path, value)
+    except OSError as exc:
+        code = exc.errno or errno.EIO
+        raise NetlinkError(f"write {value} to /proc/sys/{path}", code) from None
+
+
+def has_sysctl(path: str) -> bool:
+    """Whether /proc/sys/<path> exists for this thread."""
+    return (_kernel or _backend()).has_sysctl(path)
+
+
+def rdma_devices() -> list[str]:
+    """RDMA devices this thread's namespace sees."""
+    try:
+        return (_kernel or _backend()).rdma_devices()
+    except OSError as exc:
+        raise NetlinkError("list RDMA devices", exc.errno or errno.EIO) from None
+
+
+def rdma_move(name: str, netns: str | None, what: str) -> None:
+    """Move an RDMA device into the namespace at `netns` (None: as for `move`)."""
+    try:
+        (_kernel or _backend()).rdma_move(name, netns)
+    except OSError as exc:
+        raise NetlinkError(what, exc.errno or errno.EIO) from None
+
+
+def rdma_exclusive() -> bool:
+    """Whether the node's RDMA devices are in exclusive netns mode (False: no RDMA)."""
+    try:
+        return (_kernel or _backend()).rdma_exclusive()
+    except OSError:
+        return False
 
 
 @contextmanager
