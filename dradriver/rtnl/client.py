@@ -6,21 +6,32 @@ skipped. Every wait is bounded by the socket timeout: no answer in time is an ET
 NetlinkError, and the socket is replaced. Dumps interrupted by a concurrent change
 (NLM_F_DUMP_INTR) are asked again, and so is an answer larger than the buffer (which
 grows). The kernel's extended-ack message, when it gives one, ends the error's text.
+
+A thread may `enter` a pod's network namespace (the NRI mode): its socket is closed
+first and reopens there on the next request, and again back home on `leave`. Sysctls
+and RDMA devices (dradriver.rdmanl) are those of the thread's namespace too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 
+from dradriver import nsfs, rdmanl
+from dradriver.log import event
 from dradriver.netlink import CreateAttrs, Link, LinkAttrs, NetlinkError, Route, VfSettings
 from dradriver.rtnl import addresses, links, routes, wire
+
+log = logging.getLogger(__name__)
+PROC_SYS = Path("/proc/sys")
 
 TIMEOUT = 10.0  # seconds a request may wait for the kernel's answer
 DUMP_ATTEMPTS = 10  # tries of a dump that a concurrent change keeps interrupting
@@ -233,3 +244,106 @@ class RtnlKernel:
         """Set a VF's settings through its PF."""
         what = f"set VF {vf} of interface {pf_index}"
         self._ask(links.set_vf(pf_index, vf, settings), Reply.ACK, what)
+
+    # -- namespaces (a socket stays in the namespace it was opened in) ---------------
+
+    def enter(self, netns: str) -> None:
+        """Move this thread into the network namespace at `netns`."""
+        if getattr(self._local, "home", None) is not None:
+            raise RuntimeError("already inside a network namespace on this thread")
+        target = nsfs.open_netns(netns)
+        try:
+            home = nsfs.current_netns()
+        except BaseException:
+            os.close(target)
+            raise
+        try:
+            self.close()
+            nsfs.setns(target)
+        except BaseException:
+            os.close(home)
+            raise
+        finally:
+            os.close(target)
+        self._local.home = home
+
+    def leave(self) -> None:
+        """Back to the namespace this thread left in `enter`."""
+        home = getattr(self._local, "home", None)
+        if home is None:
+            return
+        self.close()
+        try:
+            nsfs.setns(home)
+        except OSError as exc:
+            # A thread stuck in a pod's namespace would act on the wrong links from now
+            # on. It cannot happen short of a kernel bug; the driver is crash-safe, so
+            # it stops rather than go on there.
+            event(log, logging.CRITICAL, "cannot return to the node's network namespace", error=exc)
+            os._exit(70)
+        os.close(home)
+        self._local.home = None
+
+    def has_netns(self, netns: str) -> bool:
+        """Whether the path is a network namespace now."""
+        try:
+            os.close(nsfs.open_netns(netns))
+        except OSError:
+            return False
+        return True
+
+    def _target(self, netns: str | None) -> tuple[int, bool]:
+        """A descriptor for `netns` (None: home) and whether the caller must close it."""
+        if netns is None:
+            home = getattr(self._local, "home", None)
+            if home is None:
+                raise NetlinkError("no namespace to return to", errno.EINVAL)
+            return int(home), False
+        return nsfs.open_netns(netns), True
+
+    def move(self, index: int, netns: str | None, ifname: str) -> None:
+        """Move and rename a link in one request (as runc does)."""
+        fd, owned = self._target(netns)
+        try:
+            self.set(index, {"net_ns_fd": fd, "ifname": ifname})
+        finally:
+            if owned:
+                os.close(fd)
+
+    def add_route(
+        self, index: int, destination: str, gateway: str | None, metric: int | None
+    ) -> None:
+        """Add a route (main table, protocol static)."""
+        via = f" via {gateway}" if gateway else ""
+        what = f"add route {destination}{via} dev {index}"
+        try:
+            request = routes.add(index, destination, gateway, metric)
+        except ValueError as exc:
+            raise NetlinkError(what, errno.EINVAL, str(exc)) from None
+        self._ask(request, Reply.ACK, what)
+
+    def write_sysctl(self, path: str, value: str) -> None:
+        """Write a sysctl file (this thread's namespace decides which one it is)."""
+        with open(PROC_SYS / path, "w") as f:
+            f.write(value)
+
+    def has_sysctl(self, path: str) -> bool:
+        """Whether the sysctl file exists."""
+        return (PROC_SYS / path).is_file()
+
+    def rdma_devices(self) -> list[str]:
+        """RDMA devices of this thread's namespace."""
+        return sorted(rdmanl.devices())
+
+    def rdma_move(self, name: str, netns: str | None) -> None:
+        """Move an RDMA device between namespaces (exclusive netns mode)."""
+        fd, owned = self._target(netns)
+        try:
+            rdmanl.move(name, fd)
+        finally:
+            if owned:
+                os.close(fd)
+
+    def rdma_exclusive(self) -> bool:
+        """Whether the RDMA subsystem is in exclusive netns mode."""
+        return rdmanl.exclusive()

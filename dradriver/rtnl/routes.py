@@ -1,15 +1,21 @@
-"""Route messages (struct rtmsg, linux/rtnetlink.h): the dump request and its parsing. Pure."""
+"""Route messages (struct rtmsg, linux/rtnetlink.h): requests and their parsing. Pure."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import struct
 
 from dradriver.netlink import Route
 from dradriver.rtnl import wire
 
-RTM_GETROUTE = 26
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_MULTIPATH, RTA_TABLE, RTA_VIA = 1, 4, 5, 9, 15, 18
+RTM_NEWROUTE, RTM_GETROUTE = 24, 26
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY = 1, 4, 5, 6
+RTA_MULTIPATH, RTA_TABLE, RTA_VIA = 9, 15, 18
+RT_TABLE_MAIN = 254
+RTPROT_STATIC = 4  # a route an administrator (here: the pod's configuration) added
+RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
+RTN_UNICAST = 1
 
 RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope,
 # type, flags
@@ -37,6 +43,37 @@ def dump() -> wire.Request:
     """RTM_GETROUTE of every route of every table, every family."""
     body = RTMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0, 0, 0)
     return RTM_GETROUTE, wire.NLM_F_REQUEST | wire.NLM_F_DUMP, body
+
+
+def add(index: int, destination: str, gateway: str | None, metric: int | None) -> wire.Request:
+    """RTM_NEWROUTE of a unicast route to `destination` (CIDR) via interface `index` (and
+    `gateway`), main table, protocol static, as `ip route add` sends it: link scope for
+    an IPv4 route without a gateway (the network is on the link), universe otherwise."""
+    try:
+        dst = ipaddress.ip_interface(destination)
+    except ValueError:
+        raise ValueError(f"route destination {destination!r} is not an address/prefix") from None
+    family = socket.AF_INET if dst.version == 4 else socket.AF_INET6
+    scope = RT_SCOPE_LINK if family == socket.AF_INET and not gateway else RT_SCOPE_UNIVERSE
+    flags = wire.NLM_F_REQUEST | wire.NLM_F_ACK | wire.NLM_F_CREATE | wire.NLM_F_EXCL
+    dst_len = dst.network.prefixlen
+    body = RTMSG.pack(family, dst_len, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, scope, RTN_UNICAST, 0)
+    if dst_len:  # a default route names no destination
+        body += wire.attr(RTA_DST, dst.ip.packed)
+    body += wire.attr_u32(RTA_OIF, index)
+    if gateway:
+        try:
+            via = ipaddress.ip_address(gateway)
+        except ValueError:
+            raise ValueError(f"route gateway {gateway!r} is not an address") from None
+        if via.version != dst.version:
+            raise ValueError(f"route gateway {gateway} is not of the family of {destination}")
+        body += wire.attr(RTA_GATEWAY, via.packed)
+    if metric is not None:
+        if not 0 <= metric <= 0xFFFFFFFF:
+            raise ValueError(f"route metric {metric} is not between 0 and 4294967295")
+        body += wire.attr_u32(RTA_PRIORITY, metric)
+    return RTM_NEWROUTE, flags, body
 
 
 def parse(body: bytes) -> Route | None:

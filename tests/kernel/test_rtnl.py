@@ -12,43 +12,16 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from dradriver import netlink
 from dradriver.rtnl import links, wire
 from dradriver.rtnl.client import Reply, RtnlKernel
+from tests.kernel.conftest import index as _index
 from tests.support import ipjson, netns
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def kernel(in_ns: str) -> Iterator[RtnlKernel]:
-    """A backend whose socket lives in the test's namespace."""
-    backend = RtnlKernel(timeout=2.0)
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
-def node(in_ns: str) -> str:
-    """The namespace with a veth pair a0/b0 (a0 up, tagged, addressed) and a bridge br0."""
-    for line in (
-        "link add a0 type veth peer name b0",
-        "link set a0 mtu 1400 address 02:00:5e:10:00:01 alias dra:test up",
-        "link add br0 type bridge",
-        "addr add 10.9.0.1/24 dev a0",
-        "addr add fd00:9::1/64 dev a0 nodad",
-        "addr add 10.7.0.1 peer 10.7.0.2/32 dev a0",
-    ):
-        netns.ip(in_ns, *line.split())
-    return in_ns
-
-
-def _index(ns: str, name: str) -> int:
-    return int(ipjson.link_info(ns, name)["ifindex"])
 
 
 def test_links_and_find_read_what_ip_reads(node, kernel):
