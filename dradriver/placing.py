@@ -72,6 +72,7 @@ def configure(link: netlink.Link, mv: Move) -> None:
 def move_out(moves: Sequence[Move], netns: str) -> None:
     """Move one device's physical interfaces and RDMA devices from the namespace at
     `netns` back to the host (those already gone from it are skipped)."""
+    stranded: list[tuple[str, str | None]] = []  # (its name in the pod, MAC) now on the host
     with netlink.inside(netns):
         for mv in moves:
             if mv.rdma:
@@ -90,5 +91,15 @@ def move_out(moves: Sequence[Move], netns: str) -> None:
             except netlink.NetlinkError as exc:
                 if exc.errno != errno.EEXIST:
                     raise
+                # The host name is taken meanwhile. Linux moves a link whose name is
+                # free on the host first and then fails the rename: it is on the host
+                # under its pod name. Otherwise it is still here: the kernel names it.
+                if netlink.find(mv.container) is None:
+                    stranded.append((mv.container, link.address))
+                    continue
                 what = f"move {mv.container} back to the host (its name {mv.host} is taken)"
                 netlink.move(link, None, KERNEL_PICKS, what)
+    for name, mac in stranded:  # on the host now: give it a name of the kernel's choosing
+        link = netlink.find(name)
+        if link is not None and link.address == mac:
+            netlink.set_link(link, f"rename {name} (back from a pod)", ifname=KERNEL_PICKS)

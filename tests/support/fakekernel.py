@@ -287,12 +287,13 @@ class FakeKernel:
         if "address" in attrs and not _unicast_mac(attrs["address"]):
             raise NetlinkError("mac", errno.EADDRNOTAVAIL)
         if "ifname" in attrs:
-            _check_name(attrs["ifname"])
+            _check_name(attrs["ifname"].replace("%d", "0"))
             table = self._tables()
-            if attrs["ifname"] in table:
+            ifname = self._free(attrs["ifname"], table)
+            if ifname in table:
                 raise NetlinkError("exists", errno.EEXIST)
             del table[link.name]
-            link.name = attrs["ifname"]
+            link.name = ifname
             table[link.name] = link
         for key, name in (("mtu", "mtu"), ("address", "address"), ("ifalias", "alias")):
             if key in attrs:
@@ -399,18 +400,41 @@ class FakeKernel:
         link = self._by_index(index)
         target_ns = self._ns(netns)
         target = self.table if target_ns is None else target_ns.table
-        if "%d" in ifname:  # a pattern: the kernel picks the first free number
-            ifname = next(
-                ifname.replace("%d", str(i))
-                for i in itertools.count()
-                if ifname.replace("%d", str(i)) not in target
-            )
-        _check_name(ifname)
-        if ifname in target and target[ifname] is not link:
-            raise NetlinkError("exists", errno.EEXIST)
+        _check_name(ifname.replace("%d", "0"))
+        # As Linux (6.18) does it: a link whose current name is free in the target moves
+        # under that name, and only then is renamed, which may fail (EEXIST) with the
+        # link already moved; a link whose name is taken there takes `ifname` (a name or
+        # a pattern) on the way, or stays where it is (EEXIST).
+        if link.name in target:
+            ifname = self._free(ifname, target)
+            if ifname in target:
+                raise NetlinkError("exists", errno.EEXIST)
+            del self._tables()[link.name]
+            link.name, link.up, link.addresses = ifname, False, set()
+            target[ifname] = link
+            return
         del self._tables()[link.name]
-        link.name, link.up, link.addresses = ifname, False, set()
+        link.up, link.addresses = False, set()
+        target[link.name] = link
+        if ifname == link.name:
+            return
+        ifname = self._free(ifname, target)
+        if ifname in target:
+            raise NetlinkError("exists", errno.EEXIST)
+        del target[link.name]
+        link.name = ifname
         target[ifname] = link
+
+    @staticmethod
+    def _free(ifname: str, table: dict[str, FakeLink]) -> str:
+        """`ifname`, or for a pattern (`dev%d`) the first free name it gives."""
+        if "%d" not in ifname:
+            return ifname
+        return next(
+            ifname.replace("%d", str(i))
+            for i in itertools.count()
+            if ifname.replace("%d", str(i)) not in table
+        )
 
     def add_route(
         self, index: int, destination: str, gateway: str | None, metric: int | None

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from dradriver.errors import DriverError
 from dradriver.hookspecs import CDI, NRI, ClaimRef
 from dradriver.moves import IN, SPENT
 from dradriver.nri import NriPlugin, PodSandbox
@@ -572,3 +573,35 @@ def test_a_sandbox_run_after_the_synchronize_snapshot_is_not_taken_for_gone(node
     assert {w["state"] for w in _record(node).placement.values()} == {IN}
     _teardown(node, sandboxes, _pod())
     assert preparer.unprepare([REF])[UID].error is None
+
+
+@pytest.mark.parametrize("pod_name_taken", [False, True])
+def test_a_nic_whose_host_name_was_taken_meanwhile_comes_back_and_is_restored(node, pod_name_taken):
+    """The host took `ens1` while the NIC was in the pod. Linux moves a link whose pod
+    name is free on the host first and then refuses the rename, so the NIC arrives as
+    `net2`; if `net2` is taken too, it stays in the pod until the kernel names it. Either
+    way it comes back under a name of the kernel's choosing, and unprepare, which finds
+    it by MAC, restores its name and settings once `ens1` is free again (the stop event
+    says why it could not)."""
+    before = node.links()
+    _add_claim(node, "host-device")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    squatters = ["ens1", "net2"] if pod_name_taken else ["ens1"]
+    for i, name in enumerate(squatters):
+        node.kernel.table[name] = FakeLink(900 + i, name, "veth")
+    with pytest.raises(DriverError, match=r"request nic: cannot rename dev0 back to ens1: "):
+        sandboxes.stop_pod_sandbox(_pod())
+    back = {n: v for n, v in node.links().items() if n not in squatters}
+    mac = KINDS["host-device"][1]["macAddress"]  # the claim's, set before the move
+    [name] = [n for n, v in back.items() if v[1] == mac]
+    assert name.startswith("dev"), node.links()
+    assert "net2" not in node.kernel.namespaces[NETNS].table
+    for name in squatters:
+        del node.kernel.table[name]
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == []
