@@ -341,7 +341,7 @@ def inside(netns: str) -> Iterator[None]:
     try:
         kernel.enter(netns)
     except NetlinkError as exc:
-        raise NetlinkError(f"enter the pod's network namespace {netns}", exc.errno) from None
+        raise exc.about(f"enter the pod's network namespace {netns}") from None
     except OSError as exc:  # the path: gone, not a namespace
         raise DeviceError(f"cannot enter the pod's network namespace: {exc.strerror}") from None
     try:
@@ -362,7 +362,7 @@ def move(link: Link, netns: str | None, ifname: str, what: str) -> None:
     try:
         (_kernel or _backend()).move(link.index, netns, ifname)
     except NetlinkError as exc:
-        raise NetlinkError(what, exc.errno) from None
+        raise exc.about(what) from None
     except OSError as exc:
         raise DeviceError(f"{what}: {exc.strerror}") from None
 
@@ -377,7 +377,7 @@ def add_route(
         if exist_ok and exc.errno == errno.EEXIST:
             return
         via = f" via {gateway}" if gateway else ""
-        raise NetlinkError(f"add route {destination}{via} dev {link.name}", exc.errno) from None
+        raise exc.about(f"add route {destination}{via} dev {link.name}") from None
 
 
 def set_sysctl(path: str, value: str) -> None:
