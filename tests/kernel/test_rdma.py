@@ -118,7 +118,7 @@ def test_uverbs_gives_device_nodes_and_names_the_device(fabricated):
         (
             {"type": "rdma", "rdma": {"netnsMode": "exclusive"}},
             "mlx5_0",
-            "exclusive is not supported",
+            "exclusive needs the NRI injection mode",
         ),
         ({"type": "rdma", "rdma": {"kind": "uverbs", "pkey": 1}}, "mlx5_0", "unknown field"),
         ({"type": "rdma"}, "rxe0-missing-node", "character device .*uverbs1 .* is missing"),
