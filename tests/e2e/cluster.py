@@ -277,7 +277,33 @@ class Cluster:
             pod = self.pod(namespace, name)
             return pod if pod["spec"].get("nodeName") else None
 
-        return wait_for(f"pod {namespace}/{name} to be scheduled", bound, timeout)
+        return wait_for(
+            f"pod {namespace}/{name} to be scheduled",
+            bound,
+            timeout,
+            log=lambda: self.scheduling_state(namespace, name),
+        )
+
+    def scheduling_state(self, namespace: str, name: str) -> str:
+        """Why a pod is not scheduled, for a failure message: its PodScheduled condition
+        and its claims' allocation and reservations."""
+        pod = self.get(f"/api/v1/namespaces/{namespace}/pods/{name}", missing_ok=True)
+        if pod is None:
+            return f"pod {namespace}/{name} does not exist"
+        lines = [f"PodScheduled: {self.condition(pod, 'PodScheduled')}"]
+        statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        lines.append(f"resourceClaimStatuses: {statuses}")
+        for s in statuses:
+            claim = self.claim(namespace, s.get("resourceClaimName") or "", missing_ok=True)
+            status = (claim or {}).get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results")
+            allocated = [(r["pool"], r["device"], r.get("shareID")) for r in results or []]
+            reserved = [r.get("name") for r in status.get("reservedFor") or []]
+            lines.append(
+                f"claim {s.get('resourceClaimName')}: exists={claim is not None} "
+                f"allocated={allocated} reservedFor={reserved}"
+            )
+        return "\n".join(lines)
 
     def condition(self, pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
         for cond in (pod.get("status") or {}).get("conditions") or []:

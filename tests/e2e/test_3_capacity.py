@@ -139,7 +139,11 @@ def test_four_pods_share_the_virtual_device_and_a_fifth_waits(
 
     # The device is full: a fifth pod is not scheduled.
     cluster.apply(claim_pod(kns, "app-late"))
-    pod = wait_for("app-late to be unschedulable", lambda: unschedulable(cluster, kns, "app-late"))
+    pod = wait_for(
+        "app-late to be unschedulable",
+        lambda: unschedulable(cluster, kns, "app-late"),
+        log=lambda: cluster.scheduling_state(kns, "app-late"),
+    )
     assert not pod["spec"].get("nodeName")
     cond = cluster.condition(pod, "PodScheduled")
     assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
