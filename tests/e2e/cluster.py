@@ -32,6 +32,8 @@ DRIVER_NAMESPACE = "dra-system"
 DRIVER_SA = "dra-driver"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 CONFIG_POLICY = DEPLOY / "config-policy.yaml"
+# Set by the resourceclaim controller on the claims it generates from a pod's templates.
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 # How long to wait for kube-scheduler or kube-controller-manager to act. Normally well
 # under a second; after a kube-apiserver restart their informers back off on the errors
 # they met meanwhile (up to client-go's 30 s cap) before they see changes again.
@@ -275,7 +277,33 @@ class Cluster:
             pod = self.pod(namespace, name)
             return pod if pod["spec"].get("nodeName") else None
 
-        return wait_for(f"pod {namespace}/{name} to be scheduled", bound, timeout)
+        return wait_for(
+            f"pod {namespace}/{name} to be scheduled",
+            bound,
+            timeout,
+            log=lambda: self.scheduling_state(namespace, name),
+        )
+
+    def scheduling_state(self, namespace: str, name: str) -> str:
+        """Why a pod is not scheduled, for a failure message: its PodScheduled condition
+        and its claims' allocation and reservations."""
+        pod = self.get(f"/api/v1/namespaces/{namespace}/pods/{name}", missing_ok=True)
+        if pod is None:
+            return f"pod {namespace}/{name} does not exist"
+        lines = [f"PodScheduled: {self.condition(pod, 'PodScheduled')}"]
+        statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        lines.append(f"resourceClaimStatuses: {statuses}")
+        for s in statuses:
+            claim = self.claim(namespace, s.get("resourceClaimName") or "", missing_ok=True)
+            status = (claim or {}).get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results")
+            allocated = [(r["pool"], r["device"], r.get("shareID")) for r in results or []]
+            reserved = [r.get("name") for r in status.get("reservedFor") or []]
+            lines.append(
+                f"claim {s.get('resourceClaimName')}: exists={claim is not None} "
+                f"allocated={allocated} reservedFor={reserved}"
+            )
+        return "\n".join(lines)
 
     def condition(self, pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
         for cond in (pod.get("status") or {}).get("conditions") or []:
@@ -293,7 +321,14 @@ class Cluster:
 
     def pod_claim_names(self, pod: dict[str, Any]) -> list[str]:
         """The ResourceClaim names of a pod, resolved as the kubelet does: a direct
-        `resourceClaimName`, or the generated name from `status.resourceClaimStatuses`."""
+        `resourceClaimName`, or the generated name from `status.resourceClaimStatuses`.
+
+        kube-controller-manager v1.36.3 can drop entries of a pod with two or more
+        generated claims from `status.resourceClaimStatuses`, and then keeps flapping
+        between partial lists until the pod is deleted (kubernetes/kubernetes#138407,
+        fixed by #138408, not in v1.36.3). A missing entry is therefore resolved the way
+        that controller finds a claim it generated: owned by the pod, annotated with
+        the pod claim's name (exactly one such claim, else there is no claim yet)."""
         generated = {
             s["name"]: s.get("resourceClaimName")
             for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -301,10 +336,27 @@ class Cluster:
         names = []
         for ref in pod["spec"].get("resourceClaims") or []:
             name = ref.get("resourceClaimName") or generated.get(ref["name"])
+            if not name and ref.get("resourceClaimTemplateName"):
+                name = self._generated_claim_name(pod, ref["name"])
             if not name:
                 raise AssertionError(f"pod claim {ref['name']} has no ResourceClaim yet")
             names.append(name)
         return names
+
+    def _generated_claim_name(self, pod: dict[str, Any], pod_claim: str) -> str | None:
+        """The claim the resourceclaim controller generated for `pod_claim` of `pod`, by
+        owner and annotation; None unless there is exactly one."""
+        uid = pod["metadata"]["uid"]
+        found = [
+            c["metadata"]["name"]
+            for c in self.claims(pod["metadata"]["namespace"])
+            if (c["metadata"].get("annotations") or {}).get(POD_CLAIM_ANNOTATION) == pod_claim
+            and any(
+                o.get("uid") == uid and o.get("controller")
+                for o in c["metadata"].get("ownerReferences") or []
+            )
+        ]
+        return found[0] if len(found) == 1 else None
 
     def kubelet_claims(self, pod: dict[str, Any], driver: str = DRIVER) -> list[dict[str, Any]]:
         """The claims the kubelet hands to `driver` for this pod, in one call: those of

@@ -114,9 +114,15 @@ def test_four_pods_share_the_virtual_device_and_a_fifth_waits(
         ),
     )
     cluster.apply(veth_template(kns))
-    names = [f"app-{i}" for i in range(SLOTS)]
-    cluster.apply([claim_pod(kns, n) for n in names])
-    pods = [cluster.wait_bound(kns, n) for n in names]
+    # One pod after the other, each once the previous one is bound. Created together,
+    # kube-scheduler v1.36.3 can count a claim whose allocation it is writing twice
+    # against the device's capacity (in flight and already in its claim cache), reject
+    # a pod that fits as "cannot allocate all claims", and then not retry it: no event
+    # it waits for follows, so it waits for the 5-minute unschedulable-pod flush.
+    pods = []
+    for name in (f"app-{i}" for i in range(SLOTS)):
+        cluster.apply(claim_pod(kns, name))
+        pods.append(cluster.wait_bound(kns, name))
 
     claims, entries = [], []
     for pod in pods:
@@ -139,7 +145,11 @@ def test_four_pods_share_the_virtual_device_and_a_fifth_waits(
 
     # The device is full: a fifth pod is not scheduled.
     cluster.apply(claim_pod(kns, "app-late"))
-    pod = wait_for("app-late to be unschedulable", lambda: unschedulable(cluster, kns, "app-late"))
+    pod = wait_for(
+        "app-late to be unschedulable",
+        lambda: unschedulable(cluster, kns, "app-late"),
+        log=lambda: cluster.scheduling_state(kns, "app-late"),
+    )
     assert not pod["spec"].get("nodeName")
     cond = cluster.condition(pod, "PodScheduled")
     assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
