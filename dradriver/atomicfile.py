@@ -2,6 +2,11 @@
 
 Errors name the file the caller wanted to write, not the temp file, so an operator reading
 "No space left on device: /etc/cdi/x.json" knows which disk and which file.
+
+Per-claim files are named by plain strings (`StrPath`), never built with pathlib on the
+hot path: pathlib interns every part of every path it parses (CPython 3.11, 3.12), and
+claim UIDs passing through the interpreter's table of interned strings made it resize
+once for good, 0.9 MB of resident memory (design.md, "Where a call's time goes").
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ import os
 import threading
 from pathlib import Path
 
+StrPath = str | os.PathLike[str]
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+
+def write_atomic(path: StrPath, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Replace `path` with `data` so a reader sees the old or the new file, never a torn one.
 
     `durable=False` skips both fsyncs: the file then survives a crash of the process
@@ -20,13 +27,15 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
     (kernel objects) would not survive the machine's crash either.
     A missing directory is created (someone may have removed it while we run).
     """
-    directory = path.parent
-    tmp = directory / f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    directory = directory or "."
+    tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         except FileNotFoundError:
-            directory.mkdir(parents=True, exist_ok=True)
+            os.makedirs(directory, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
         try:
             view = memoryview(data)
@@ -36,27 +45,29 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
                 os.fsync(fd)
         except BaseException:
             os.close(fd)
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
             raise
         os.close(fd)
-        tmp.replace(path)
+        os.replace(tmp, path)
         if durable:
             fsync_dir(directory)
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise OSError(exc.errno, exc.strerror, path) from exc
 
 
-def remove_durably(path: Path) -> bool:
+def remove_durably(path: StrPath) -> bool:
     """Delete `path` if present and make the deletion durable; return whether it existed."""
+    path = os.fspath(path)
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    fsync_dir(os.path.dirname(path) or ".")
     return True
 
 
-def fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: StrPath) -> None:
     """Flush a directory entry change (create, rename, unlink) to disk."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

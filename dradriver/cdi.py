@@ -6,11 +6,10 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from dradriver import naming
-from dradriver.atomicfile import remove_durably, write_atomic
+from dradriver.atomicfile import StrPath, remove_durably, write_atomic
 
 CDI_VERSION = "1.1.0"
 
@@ -44,12 +43,17 @@ def build_spec(
     }
 
 
-def spec_path(cdi_dir: Path, driver: str, device_type: str, claim_uid: str) -> Path:
+def spec_path(cdi_dir: StrPath, driver: str, device_type: str, claim_uid: str) -> str:
     """Where the spec of one claim's devices of one type lives."""
-    return cdi_dir / naming.cdi_spec_filename(driver, device_type, claim_uid)
+    return spec_file(cdi_dir, naming.cdi_spec_filename(driver, device_type, claim_uid))
 
 
-def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
+def spec_file(cdi_dir: StrPath, name: str) -> str:
+    """The path of the spec file `name` (a string: see atomicfile)."""
+    return os.path.join(os.fspath(cdi_dir), name)
+
+
+def write_spec(path: StrPath, spec: Mapping[str, Any]) -> None:
     """Write a spec atomically (readers never see a partial file); not fsynced: a spec
     describes kernel objects that a crash of the machine destroys, and after a reboot
     specs are written again (design.md, "What is fsynced")."""
@@ -58,8 +62,8 @@ def write_spec(path: Path, spec: Mapping[str, Any]) -> None:
 
 
 def remove_claim_specs(
-    cdi_dir: Path, driver: str, claim_uid: str, durable: bool = True
-) -> list[Path]:
+    cdi_dir: StrPath, driver: str, claim_uid: str, durable: bool = True
+) -> list[str]:
     """Delete every spec file of one claim; return the ones that existed.
 
     `durable=False` skips the directory fsync, for callers whose next durable step
@@ -74,19 +78,20 @@ def remove_claim_specs(
             ]
     except FileNotFoundError:  # the directory was removed: nothing of ours is left in it
         return []
+    paths = [spec_file(cdi_dir, n) for n in names]
     if durable:
-        return [cdi_dir / n for n in names if remove_durably(cdi_dir / n)]
+        return [p for p in paths if remove_durably(p)]
     removed = []
-    for name in names:
+    for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            (cdi_dir / name).unlink()
-            removed.append(cdi_dir / name)
+            os.unlink(path)
+            removed.append(path)
     return removed
 
 
-def claim_uid_of(path: Path, driver: str) -> str | None:
+def claim_uid_of(path: StrPath, driver: str) -> str | None:
     """The claim UID in one of our spec file names, or None for someone else's file."""
-    name = path.name
+    name = os.path.basename(path)
     if not (name.startswith(f"{driver}-") and name.endswith(".json") and "_" in name):
         return None
     uid = name[: -len(".json")].rsplit("_", 1)[1]

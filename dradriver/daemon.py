@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import ipaddress
 import logging
 import os
@@ -44,6 +45,11 @@ DRAIN_SLACK_SECONDS = 10.0
 # milliseconds when NRI is on); auto mode falls back to CDI after it.
 NRI_REGISTRATION_WAIT = 5.0
 NRI_NAG_SECONDS = 30.0  # how often a plugin that is needed but not connected is reported
+# glibc gives each thread that allocates its own malloc arena (up to 8 per core), each
+# keeping freed memory: with ~25 threads that was 1.4 MB more resident after the first
+# calls. Two arenas serve a process whose Python code runs one thread at a time anyway.
+MALLOC_ARENA_MAX = 2
+_M_ARENA_MAX = -8  # mallopt parameter, <malloc.h>
 
 
 def context_of(settings: Settings, api_server: str | None = None) -> HandlerContext:
@@ -72,6 +78,15 @@ def _api_server_address(url: str | None) -> tuple[tuple[str, str], ...]:
     except ValueError:
         return ()
     return ((str(address), f"the address of the API server the driver uses ({url})"),)
+
+
+def limit_malloc_arenas() -> None:
+    """Cap glibc's malloc arenas before any thread starts, unless the operator set
+    MALLOC_ARENA_MAX (glibc reads it itself); a C library without mallopt is left alone."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, MALLOC_ARENA_MAX)
 
 
 def run(settings: Settings) -> int:
@@ -109,7 +124,7 @@ def run(settings: Settings) -> int:
         settings.driver_name,
         settings.node_name,
         metrics,
-        still_prepared=lambda uid: records.path(uid).exists(),
+        still_prepared=lambda uid: os.path.exists(records.path(uid)),  # noqa: PTH110
     )
     gate = CallGate(lock)
     preparer = Preparer(

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dradriver import cdi, injection, linkreaper, netlink
+from dradriver import cdi, injection, linkreaper, naming, netlink
 from dradriver.errors import ConfigError, DeviceError, DriverError
 from dradriver.hookspecs import CDI, NRI, ClaimRef, DeviceRequest, Handler, HandlerContext, Prepared
 from dradriver.inventory import Inventory
@@ -112,7 +113,7 @@ class ClaimLifecycle:
                 record.specs = self._specs(ref, done)
                 record.cdi_specs = sorted(record.specs)
                 for name, spec in sorted(record.specs.items()):
-                    cdi.write_spec(self.cdi_dir / name, spec)
+                    cdi.write_spec(cdi.spec_file(self.cdi_dir, name), spec)
             with phase("index"):
                 self.records.index(record)
             record.extra.pop(_REPLACING, None)
@@ -150,9 +151,7 @@ class ClaimLifecycle:
             edits = injection.spec_edits(plan.req.injection, plan.req.request, prepared.edits)
             by_type.setdefault(plan.type, []).append((name, edits))
         return {
-            cdi.spec_path(self.cdi_dir, driver, type_, ref.uid).name: cdi.build_spec(
-                driver, type_, devices
-            )
+            naming.cdi_spec_filename(driver, type_, ref.uid): cdi.build_spec(driver, type_, devices)
             for type_, devices in sorted(by_type.items())
         }
 
@@ -261,8 +260,8 @@ class ClaimLifecycle:
         """Write again the spec files of a record that are missing; those it could not."""
         lost = []
         for name in record.cdi_specs:
-            path = self.cdi_dir / name
-            if path.is_file() and not path.is_symlink():
+            path = cdi.spec_file(self.cdi_dir, name)
+            if os.path.isfile(path) and not os.path.islink(path):  # noqa: PTH113, PTH114
                 continue
             spec = record.specs.get(name)
             if spec is None:
@@ -274,7 +273,7 @@ class ClaimLifecycle:
                 logging.WARNING,
                 "CDI spec was gone: written again",
                 claim=record.claim.uid,
-                file=str(path),
+                file=path,
             )
         return lost
 

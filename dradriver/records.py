@@ -50,6 +50,7 @@ PREPARING = "preparing"
 PREPARED = "prepared"
 _SUFFIX = ".alloc.json"
 _BY_POD = "by-pod"
+_TOUCH = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # a pod index marker
 _MAX_BYTES = 4 << 20  # far above any real record; a bigger file is not one of ours
 
 _CLAIM_KEYS = {
@@ -304,10 +305,11 @@ class RecordStore:
     def __init__(self, directory: Path) -> None:
         """Use `directory` (created on the first write); not the CDI directory itself."""
         self.directory = directory
+        self._dir = os.fspath(directory)  # per-claim paths are strings: see atomicfile
 
-    def path(self, claim_uid: str) -> Path:
+    def path(self, claim_uid: str) -> str:
         """The record file of one claim."""
-        return self.directory / naming.record_filename(claim_uid)
+        return os.path.join(self._dir, naming.record_filename(claim_uid))
 
     def save(self, record: ClaimRecord, durable: bool = True) -> None:
         """Write a record atomically (`durable=False`: a journal, see write_atomic)."""
@@ -324,27 +326,28 @@ class RecordStore:
         start-up rebuilds the index from the records)."""
         for pod in record.pod_uids:
             if naming.is_claim_uid(pod):
-                folder = self.directory / _BY_POD / pod
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / record.claim.uid).touch()
+                folder = os.path.join(self._dir, _BY_POD, pod)
+                os.makedirs(folder, exist_ok=True)
+                os.close(os.open(os.path.join(folder, record.claim.uid), _TOUCH, 0o600))
 
     def unindex(self, record: ClaimRecord) -> None:
         """Forget the claim under its pods; best effort (a marker left behind names a claim
         without a record, which readers skip, and start-up removes it)."""
         for pod in record.pod_uids:
             if naming.is_claim_uid(pod):
-                folder = self.directory / _BY_POD / pod
+                folder = os.path.join(self._dir, _BY_POD, pod)
                 with contextlib.suppress(OSError):
-                    (folder / record.claim.uid).unlink(missing_ok=True)
-                    folder.rmdir()  # fails while other claims of the pod remain: fine
-                    folder.parent.rmdir()  # and this while other pods remain
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(folder, record.claim.uid))
+                    os.rmdir(folder)  # fails while other claims of the pod remain: fine
+                    os.rmdir(os.path.dirname(folder))  # and this while other pods remain
 
     def claims_of_pod(self, pod_uid: str) -> list[str]:
         """UIDs of the claims indexed under a pod."""
         if not naming.is_claim_uid(pod_uid):
             return []
         try:
-            return sorted(p.name for p in (self.directory / _BY_POD / pod_uid).iterdir())
+            return sorted(os.listdir(os.path.join(self._dir, _BY_POD, pod_uid)))
         except FileNotFoundError:
             return []
 
@@ -384,7 +387,7 @@ class RecordStore:
         records, problems = [], []
         for path in self._files():
             try:
-                record = self.load(path.name[: -len(_SUFFIX)])
+                record = self.load(os.path.basename(path)[: -len(_SUFFIX)])
             except DriverError as exc:
                 problems.append(str(exc))
                 continue
@@ -404,9 +407,9 @@ class RecordStore:
 
     def claim_uids(self) -> list[str]:
         """The claims with a record file (nothing is read, removed or quarantined)."""
-        return sorted(p.name[: -len(_SUFFIX)] for p in self._files())
+        return sorted(os.path.basename(p)[: -len(_SUFFIX)] for p in self._files())
 
-    def _files(self) -> Iterator[Path]:
+    def _files(self) -> Iterator[str]:
         try:
             entries = os.scandir(self.directory)
         except FileNotFoundError:
@@ -414,9 +417,9 @@ class RecordStore:
         with entries:
             for entry in entries:
                 if entry.name.endswith(_SUFFIX) and not entry.name.startswith("."):
-                    yield self.directory / entry.name
+                    yield entry.path
 
-    def _parse(self, path: Path, data: bytes, claim_uid: str) -> ClaimRecord:
+    def _parse(self, path: str, data: bytes, claim_uid: str) -> ClaimRecord:
         try:
             record = ClaimRecord.from_json(data)
             if record.claim.uid != claim_uid:
@@ -430,10 +433,10 @@ class RecordStore:
             raise self._quarantine(path, str(exc)) from None
         return record
 
-    def _quarantine(self, path: Path, reason: str) -> CorruptRecord:
-        target = path.with_name(path.name + ".corrupt")
+    def _quarantine(self, path: str, reason: str) -> CorruptRecord:
+        target = path + ".corrupt"
         try:
-            path.replace(target)
+            os.replace(path, target)
         except OSError as exc:
             event(
                 log,
@@ -451,8 +454,8 @@ class RecordStore:
             log,
             logging.ERROR,
             "corrupt allocation record quarantined",
-            file=str(path),
-            moved_to=str(target),
+            file=path,
+            moved_to=target,
             reason=reason,
         )
         return CorruptRecord(f"allocation record {path} is corrupt ({reason}); moved to {target}")
@@ -462,7 +465,7 @@ class _NotARecord(Exception):
     """The entry exists but is no file we would have written."""
 
 
-def _read(path: Path) -> bytes:
+def _read(path: str) -> bytes:
     """A record's bytes, refusing symlinks, FIFOs, directories and giant files.
 
     O_NONBLOCK: opening a FIFO must not wait for a writer that never comes.

@@ -140,8 +140,8 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]
 
 
 def _counted(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapped(path: Path, *args: Any, **kwargs: Any) -> Any:
-        steps.tick(f"{what} {path.name}")
+    def wrapped(path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        steps.tick(f"{what} {Path(path).name}")
         return fn(path, *args, **kwargs)
 
     return wrapped

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_empty_edits_are_refused():
 
 
 def test_write_is_atomic_and_named_per_claim(tmp_path):
-    path = cdi.spec_path(tmp_path, "dra.example.com", "netdev", UID)
+    path = Path(cdi.spec_path(tmp_path, "dra.example.com", "netdev", UID))
     assert path.name == f"dra.example.com-netdev_{UID}.json"
     spec = cdi.build_spec("dra.example.com", "netdev", [("n", {"env": ["A=1"]})])
     cdi.write_spec(path, spec)
@@ -80,5 +81,5 @@ def test_write_is_atomic_and_named_per_claim(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left
     assert cdi.claim_uid_of(path, "dra.example.com") == UID
     assert cdi.claim_uid_of(tmp_path / "other-vendor_x.json", "dra.example.com") is None
-    assert cdi.remove_claim_specs(tmp_path, "dra.example.com", UID) == [path]
+    assert cdi.remove_claim_specs(tmp_path, "dra.example.com", UID) == [str(path)]
     assert not path.exists()

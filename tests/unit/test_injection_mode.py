@@ -154,14 +154,14 @@ def test_a_record_keeps_its_mode_moves_and_placement(tmp_path):
     record.moves["nic/d"] = [move, Move(rdma="mlx5_0", returns=True)]
     record.placement["nic/d"] = placement(IN, "sandbox-1", "/run/netns/cni-1")
     store.save(record)
-    doc = json.loads(store.path(UID).read_text())
+    doc = json.loads(Path(store.path(UID)).read_text())
     assert (doc["version"], doc["writer"], doc["injection"]) == (1, FORMAT, "nri")
     again = store.load(UID)
     assert again is not None and again.moves == record.moves
     assert again.placement == record.placement and again.injection == NRI
     # A record of an older writer is a CDI claim with nothing to move.
     del doc["injection"], doc["moves"], doc["placement"]
-    store.path(UID).write_text(json.dumps(doc))
+    Path(store.path(UID)).write_text(json.dumps(doc))
     old = store.load(UID)
     assert old is not None and (old.injection, old.moves, old.placement) == (CDI, {}, {})
 

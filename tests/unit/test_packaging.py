@@ -4,6 +4,7 @@ another distribution could also claim)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -73,3 +74,38 @@ def test_the_running_driver_loads_no_pyroute2():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_the_running_driver_loads_yaml_only_for_a_yaml_kubeconfig(tmp_path):
+    """In-cluster and JSON kubeconfigs never load PyYAML (0.9 MB of the daemon's RSS)."""
+    doc = {
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://192.0.2.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
+    (tmp_path / "json").write_text(json.dumps(doc))
+    (tmp_path / "yaml").write_text(
+        "current-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import dradriver.cli, dradriver.daemon\n"
+        "import dradriver.handlers.netdev, dradriver.handlers.rdma, dradriver.handlers.combo\n"
+        "from dradriver import kubeconfig\n"
+        "server = kubeconfig.from_file(Path(sys.argv[1])).server\n"
+        "print(server, 'yaml' in sys.modules)\n"
+    )
+    for form, loaded in (("json", "False"), ("yaml", "True")):
+        res = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / form)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.split() == ["https://192.0.2.1:6443", loaded]

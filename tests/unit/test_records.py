@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_roundtrip_keeps_full_uid_and_exact_answer(tmp_path):
     store.save(_record())
     loaded = store.load(UID)
     assert loaded == _record()
-    doc = json.loads(store.path(UID).read_text())
+    doc = json.loads(Path(store.path(UID)).read_text())
     assert (doc["version"], doc["writer"]) == (1, FORMAT) and doc["claim"]["uid"] == UID
     assert doc["answer"] == [
         {
@@ -66,17 +67,17 @@ def test_roundtrip_keeps_full_uid_and_exact_answer(tmp_path):
 def test_corrupt_record_is_quarantined_with_reason(tmp_path, content):
     store = RecordStore(tmp_path)
     store.save(_record(UID2))
-    store.path(UID).write_bytes(content)
+    Path(store.path(UID)).write_bytes(content)
     records, problems = store.load_all()
     assert [r.claim.uid for r in records] == [UID2]
-    assert len(problems) == 1 and str(store.path(UID)) in problems[0]
+    assert len(problems) == 1 and str(Path(store.path(UID))) in problems[0]
     assert (tmp_path / f"{UID}.alloc.json.corrupt").exists()
-    assert not store.path(UID).exists()
+    assert not Path(store.path(UID)).exists()
 
 
 def test_record_under_wrong_file_name_is_corrupt(tmp_path):
     store = RecordStore(tmp_path)
-    store.path(UID2).write_bytes(_record(UID).to_json())
+    Path(store.path(UID2)).write_bytes(_record(UID).to_json())
     with pytest.raises(CorruptRecord, match="file name says"):
         store.load(UID2)
 
@@ -122,7 +123,7 @@ FORMAT_1 = {
 
 def test_a_record_of_format_1_is_read_and_upgraded(tmp_path):
     store = RecordStore(tmp_path)
-    store.path(UID).write_text(json.dumps(FORMAT_1))
+    Path(store.path(UID)).write_text(json.dumps(FORMAT_1))
     record = store.load(UID)
     assert record is not None and record.devices[0].undo["hostName"] == "eth1"
     assert record.extra == {} and record.devices[0].extra == {}
@@ -133,11 +134,11 @@ def test_fields_of_a_newer_writer_are_kept_when_the_record_is_written_back(tmp_p
     newer = json.loads(json.dumps(FORMAT_1))
     newer |= {"writer": FORMAT + 1, "futureTop": {"a": 1}}
     newer["devices"][0]["futureDevice"] = [1, 2]
-    store.path(UID).write_text(json.dumps(newer))
+    Path(store.path(UID)).write_text(json.dumps(newer))
     record = store.load(UID)
     assert record is not None and record.extra == {"futureTop": {"a": 1}}
     store.save(record)  # e.g. an older instance re-preparing it after a reboot
-    again = json.loads(store.path(UID).read_text())
+    again = json.loads(Path(store.path(UID)).read_text())
     assert again["futureTop"] == {"a": 1} and again["devices"][0]["futureDevice"] == [1, 2]
     assert again["devices"][0]["undo"] == FORMAT_1["devices"][0]["undo"]
 
@@ -146,12 +147,12 @@ def test_a_record_only_a_newer_driver_can_use_is_left_untouched_and_reported(tmp
     store = RecordStore(tmp_path)
     store.save(_record(UID2))
     content = json.dumps({**FORMAT_1, "version": FORMAT + 1, "writer": FORMAT + 3}).encode()
-    store.path(UID).write_bytes(content)
+    Path(store.path(UID)).write_bytes(content)
     records, problems = store.load_all()
     assert [r.claim.uid for r in records] == [UID2]
     [problem] = problems
     assert f"readable from format {FORMAT + 1}" in problem and "left untouched" in problem
-    assert store.path(UID).read_bytes() == content  # not renamed, not rewritten
+    assert Path(store.path(UID)).read_bytes() == content  # not renamed, not rewritten
     with pytest.raises(UnreadableRecord, match="newer driver"):
         store.load(UID)
 
@@ -161,10 +162,10 @@ def test_entries_that_are_not_files_are_quarantined_not_followed(tmp_path):
     store.directory.mkdir()
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_bytes(_record(UID).to_json())
-    store.path(UID).symlink_to(elsewhere)
-    store.path(UID2).mkdir()
+    Path(store.path(UID)).symlink_to(elsewhere)
+    Path(store.path(UID2)).mkdir()
     fifo_uid = UID.replace("3f", "5f", 1)
-    os.mkfifo(store.path(fifo_uid))
+    os.mkfifo(Path(store.path(fifo_uid)))
     store.save(_record(UID.replace("3f", "6f", 1)))
     records, problems = store.load_all()  # a FIFO must not block it
     assert len(records) == 1 and len(problems) == 3
