@@ -33,6 +33,7 @@ DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/reso
 EXAMPLES = -f deploy/deployment.yaml -f deploy/multi-nic-deployment.yaml
 NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --context kind-$(CLUSTER)
 CHECK_FILES =
+APPLY = apply
 ifeq ($(CLUSTER),local)
 # The node `make demo` runs: kubectl v1.36 built here, through the demo's kubeconfig; the
 # examples as the demo adapted them to this kernel (e.g. veth where dummy is missing).
@@ -42,6 +43,8 @@ KCTL = $(LOCAL_KUBECTL)
 CHECK_FILES = $(LOCAL_DIR)/examples/deployment.yaml $(LOCAL_DIR)/examples/multi-nic-deployment.yaml
 EXAMPLES = $(addprefix -f ,$(CHECK_FILES))
 NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(LOCAL_KUBECTL)"
+# The demo applied the examples server-side: so does network-test (no client-side warnings).
+APPLY = apply --server-side --force-conflicts
 endif
 
 .DEFAULT_GOAL := help
@@ -120,7 +123,7 @@ undeploy: ## remove the examples and the driver
 	-$(KCTL) delete --ignore-not-found -f deploy/namespace.yaml
 
 network-test: ## apply the example workloads and wait until their pods run
-	$(KCTL) apply $(EXAMPLES)
+	$(KCTL) $(APPLY) $(EXAMPLES)
 	$(NETWORK_CHECK) --timeout $(TIMEOUT) wait $(CHECK_FILES)
 
 network-check: ## check every example interface in the pods: name, MTU, addresses

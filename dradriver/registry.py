@@ -3,9 +3,9 @@ the defaults and discovery the plugins declare."""
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 import pluggy
@@ -17,9 +17,10 @@ from dradriver.log import event
 
 log = logging.getLogger(__name__)
 
+# Every handler family, built-in or not, is an entry point of this group: the built-ins
+# (the repository's handlers/ folder, installed as dradriver.handlers.*) are declared in
+# pyproject.toml like a third party's, so a packager can leave any of them out.
 ENTRY_POINT_GROUP = "dradriver.handlers"
-BUILTIN_PACKAGE = "dradriver.handlers"  # the repository's handlers/ folder, installed here
-BUILTIN_PLUGINS = ("netdev", "rdma", "combo")
 
 
 class HandlerRegistry:
@@ -28,18 +29,23 @@ class HandlerRegistry:
     def __init__(
         self, plugins: Mapping[str, object] | None = None, *, entry_points: bool = True
     ) -> None:
-        """Register `plugins` (name -> plugin); by default the built-ins and entry points.
+        """Register `plugins` (name -> plugin), then the installed entry points.
 
-        Raises RegistryError when plugins conflict, or when a plugin implements a hook
-        that does not exist (a misspelled name would otherwise be silently ignored).
+        Raises RegistryError when an entry point cannot be loaded, when no plugin is
+        installed, when plugins conflict, or when a plugin implements a hook that does
+        not exist (a misspelled name would otherwise be silently ignored).
         """
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs.HandlerSpec)
-        for name, plugin in (plugins if plugins is not None else _builtin_plugins()).items():
+        for name, plugin in (plugins or {}).items():
             self._pm.register(plugin, name=name)
         if entry_points:
-            # Built-ins are declared in the same group; pluggy skips names already registered.
-            self._pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            self._load_entry_points()
+        if not self._pm.get_plugins():
+            raise RegistryError(
+                f"no handler plugin is installed (entry point group {ENTRY_POINT_GROUP} is "
+                "empty): install the dra-driver package, or a plugin package, into this Python"
+            )
         try:
             self._pm.check_pending()
         except pluggy.PluginValidationError as exc:
@@ -50,20 +56,45 @@ class HandlerRegistry:
             ) from None
         self._handlers: dict[tuple[str, str], Handler] = {}
         self._owners: dict[tuple[str, str], str] = {}
-        for plugin_name, handlers in self._per_plugin(self._pm.hook.dradriver_handlers):
+        for plugin_name, handlers in self._per_plugin("dradriver_handlers"):
             for handler in handlers:
                 self._add(plugin_name, handler)
         self._device_defaults: dict[str, Default] = {}
         self._type_defaults: dict[str, Default] = {}
         defaults_owner: dict[tuple[str, str | None], str] = {}
-        for plugin_name, defaults in self._per_plugin(self._pm.hook.dradriver_defaults):
+        for plugin_name, defaults in self._per_plugin("dradriver_defaults"):
             for default in defaults:
                 self._add_default(plugin_name, default, defaults_owner)
 
-    @staticmethod
-    def _per_plugin(hook: Any) -> list[tuple[str, list[Any]]]:
-        """Call `hook` plugin by plugin in registration order, keeping who answered what."""
-        return [(impl.plugin_name, impl.function()) for impl in hook.get_hookimpls()]
+    def _load_entry_points(self) -> None:
+        """Register each plugin of the entry point group, as pluggy's
+        load_setuptools_entrypoints does, naming the one that cannot be loaded."""
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if self._pm.get_plugin(ep.name) is not None or self._pm.is_blocked(ep.name):
+                continue  # registered by name already (a test's plugins)
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                dist = f" of {ep.dist.name} {ep.dist.version}" if ep.dist else ""
+                raise RegistryError(
+                    f"handler plugin {ep.name!r} ({ep.value}{dist}) cannot be loaded: "
+                    f"{type(exc).__name__}: {exc}; fix or uninstall that package"
+                ) from None
+            self._pm.register(plugin, name=ep.name)
+
+    def _hook_of(self, plugin_name: str, hook_name: str) -> Any:
+        """pluggy's caller of `hook_name` for one plugin alone."""
+        others = [p for n, p in self._pm.list_name_plugin() if n != plugin_name]
+        return self._pm.subset_hook_caller(hook_name, remove_plugins=others)
+
+    def _per_plugin(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call a hook through pluggy plugin by plugin, in the order pluggy keeps them,
+        keeping who answered what (a plugin answering None is left out, as pluggy does)."""
+        out: list[tuple[str, Any]] = []
+        for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
+            results = self._hook_of(impl.plugin_name, hook_name)(**kwargs)
+            out.extend((impl.plugin_name, result) for result in results)
+        return out
 
     def _add(self, plugin_name: str, handler: Handler) -> None:
         for kind in handler.kinds:
@@ -136,8 +167,7 @@ class HandlerRegistry:
         """Devices every plugin offers on this node; a failing plugin is logged and skipped."""
         devices: dict[str, Device] = {}
         for impl in self._pm.hook.dradriver_discover.get_hookimpls():
-            found = _isolated(impl.plugin_name, impl.function, context)
-            for device in found:
+            for device in self._discover_one(impl.plugin_name, context):
                 if device.name in devices:
                     event(
                         log,
@@ -150,21 +180,16 @@ class HandlerRegistry:
                 devices[device.name] = device
         return list(devices.values())
 
-
-def _isolated(
-    plugin_name: str, discover: Callable[..., object], context: HandlerContext
-) -> list[Device]:
-    """One plugin's discovery: a broken plugin must not stop publishing the rest."""
-    try:
-        found = discover(context=context)
-        if not isinstance(found, (list, tuple)):
-            raise TypeError(f"dradriver_discover returned {type(found).__name__}, not a list")
-        return list(found)
-    except Exception as exc:
-        event(log, logging.ERROR, "discovery failed", plugin=plugin_name, error=exc)
-        return []
-
-
-def _builtin_plugins() -> dict[str, Any]:
-    """The built-in handler plugins, imported from `dradriver.handlers`."""
-    return {name: importlib.import_module(f"{BUILTIN_PACKAGE}.{name}") for name in BUILTIN_PLUGINS}
+    def _discover_one(self, plugin_name: str, context: HandlerContext) -> list[Device]:
+        """One plugin's discovery: a broken plugin must not stop publishing the rest."""
+        try:
+            found = self._hook_of(plugin_name, "dradriver_discover")(context=context)
+            for answer in found:
+                if not isinstance(answer, (list, tuple)):
+                    raise TypeError(
+                        f"dradriver_discover returned {type(answer).__name__}, not a list"
+                    )
+            return [device for answer in found for device in answer]
+        except Exception as exc:
+            event(log, logging.ERROR, "discovery failed", plugin=plugin_name, error=exc)
+            return []

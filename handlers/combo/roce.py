@@ -8,6 +8,7 @@ mode the RDMA half changes nothing on the host, so only the netdev is undone.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dradriver.errors import ConfigError, DeviceError
@@ -15,6 +16,24 @@ from dradriver.hookspecs import DeviceRequest, Prepared, Validated
 from dradriver.kit import hostif, netconfig, rdma
 
 KIND = "roce"
+
+
+@dataclass(frozen=True)
+class RoceUndo:
+    """Undo payload of a RoCE device: its netdev once claimed (the RDMA half changes
+    nothing on the host; its key is kept, empty, as every format has written it)."""
+
+    netdev: hostif.ClaimedInterface | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in the allocation record."""
+        return {"rdma": {}, "netdev": self.netdev.to_json() if self.netdev else None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoceUndo:
+        """Read a stored payload (unknown keys ignored)."""
+        netdev = data.get("netdev")
+        return cls(hostif.ClaimedInterface.from_json(netdev) if netdev else None)
 
 
 class RoceHandler:
@@ -70,13 +89,13 @@ class RoceHandler:
             req.journal,
             ifname,
             cfg,
-            wrap=lambda c: {"rdma": {}, "netdev": c.to_json()},
+            wrap=lambda c: RoceUndo(c).to_json(),
             on_host=netconfig.on_host(req),
         )
         edits = {**rdma_edits, **netconfig.net_devices_edit(ifname, cfg.interface_name)}
         return Prepared(
             edits=edits,
-            undo={"rdma": {}, "netdev": claimed.to_json()},
+            undo=RoceUndo(claimed).to_json(),
             network_data=network_data,
             pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
             pod_rdma=(dev.name,) if exclusive else (),
@@ -84,5 +103,6 @@ class RoceHandler:
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Give the netdev back."""
-        if undo.get("netdev"):
-            hostif.release(hostif.ClaimedInterface.from_json(undo["netdev"]))
+        netdev = RoceUndo.from_json(undo).netdev
+        if netdev is not None:
+            hostif.release(netdev)

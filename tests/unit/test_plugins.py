@@ -109,3 +109,123 @@ def test_each_builtin_family_loads_alone_without_the_others(family):
     families, table = json.loads(res.stdout)
     assert families == [family]
     assert table and all(plugin == family for _, _, plugin in table)
+
+
+# -- installed as an operator or a packager would: entry points of real distributions ------
+
+WIDGET_MODULE = """
+from dradriver.hookspecs import Device, Prepared, Validated, hookimpl
+
+
+class WidgetHandler:
+    type = "tp"
+    kinds = ("widget",)
+
+    def schema(self, kind):
+        return {"properties": {"kind": {"type": "string"}}}
+
+    def validate(self, req):
+        return Validated()
+
+    def prepare(self, req):
+        return Prepared(edits={"env": ["WIDGET=1"]}, undo={})
+
+    def unprepare(self, undo):
+        pass
+
+
+@hookimpl
+def dradriver_handlers():
+    return [WidgetHandler()]
+
+
+@hookimpl
+def dradriver_discover(context):
+    return [Device("widget-0", {"type": "tp", "kind": "widget"})]
+"""
+
+TABLE = (
+    "import json, sys\n"
+    "from dradriver.errors import RegistryError\n"
+    "from dradriver.registry import HandlerRegistry\n"
+    "try:\n"
+    "    reg = HandlerRegistry()\n"
+    "except RegistryError as exc:\n"
+    "    print(json.dumps({'error': str(exc)})); raise SystemExit\n"
+    "from pathlib import Path\n"
+    "from dradriver.hookspecs import HandlerContext\n"
+    "context = HandlerContext('dra.example.com', 'node-a', Path(sys.argv[1]))\n"
+    "print(json.dumps({'plugins': sorted({p for _, _, p in reg.table()}),\n"
+    "    'types': sorted(reg.kinds()), 'devices': [d.name for d in reg.discover(context)],\n"
+    "    'families': sorted(m.split('.')[2] for m in sys.modules\n"
+    "                       if m.startswith('dradriver.handlers.') and m.count('.') == 2)}))\n"
+)
+
+
+def _distribution(site: Path, name: str, entry_points: str, metadata_text: str = "") -> None:
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        metadata_text or f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def _table(site: Path) -> dict:
+    """The registry a driver started with `site` first on its path would have: run in
+    `site` (not the checkout, whose build metadata would come first), the installed
+    package found through its install."""
+    (site / "sys").mkdir()  # an empty sysfs: built-ins discover nothing
+    res = subprocess.run(
+        [sys.executable, "-c", TABLE, str(site / "sys")],
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_a_plugin_installed_with_an_entry_point_is_loaded_beside_the_builtins(tmp_path):
+    (tmp_path / "widgetplugin.py").write_text(WIDGET_MODULE)
+    _distribution(tmp_path, "widget_plugin", "[dradriver.handlers]\nwidgets = widgetplugin\n")
+    got = _table(tmp_path)
+    assert got["plugins"] == ["combo", "netdev", "rdma", "widgets"]
+    assert "tp" in got["types"] and "widget-0" in got["devices"]
+
+
+def test_a_family_left_out_of_the_entry_points_is_never_imported(tmp_path):
+    """A packager may drop any built-in family: only entry points decide what loads."""
+    from importlib import metadata
+
+    ours = metadata.distribution("dra-driver")
+    kept = "".join(
+        line
+        for line in (ours.read_text("entry_points.txt") or "").splitlines(keepends=True)
+        if not line.startswith("combo")
+    )
+    assert "netdev" in kept and "combo" not in kept
+    # The same distribution, first on the path: importlib.metadata takes the first one.
+    about = ours.read_text("METADATA") or ours.read_text("PKG-INFO") or ""
+    _distribution(tmp_path, "dra_driver", kept, about)
+    got = _table(tmp_path)
+    assert got["plugins"] == ["netdev", "rdma"]
+    assert got["families"] == ["netdev", "rdma"]
+    assert "combo" not in got["types"]
+
+
+def test_a_plugin_that_cannot_be_loaded_is_named(tmp_path):
+    (tmp_path / "brokenplugin.py").write_text("raise ImportError('needs libwidget')\n")
+    _distribution(tmp_path, "broken_plugin", "[dradriver.handlers]\nbroken = brokenplugin\n")
+    got = _table(tmp_path)
+    assert got == {
+        "error": "handler plugin 'broken' (brokenplugin of broken_plugin 1.0) cannot be "
+        "loaded: ImportError: needs libwidget; fix or uninstall that package"
+    }
+
+
+def test_no_plugin_installed_is_an_error_that_says_so():
+    with pytest.raises(RegistryError, match="no handler plugin is installed"):
+        HandlerRegistry({}, entry_points=False)
