@@ -27,6 +27,7 @@ from typing import Literal, Protocol, TypedDict, Unpack
 
 from dradriver.errors import DeviceError
 from dradriver.log import event
+from dradriver.rtnl.events import LinkEvents
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,11 @@ def use(kernel: Kernel | None) -> Kernel | None:
     with _lock:
         previous, _kernel = _kernel, kernel
     return previous
+
+
+def link_events() -> LinkEvents:
+    """A subscription to this namespace's link events (OSError where there is none)."""
+    return LinkEvents()
 
 
 def links() -> list[Link]:

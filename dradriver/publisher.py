@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from typing import Any
 
-from dradriver import slices
+from dradriver import netlink, slices
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import KubeApi
 from dradriver.log import event
@@ -16,7 +15,6 @@ from dradriver.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-_RTMGRP_LINK = 1
 _DEBOUNCE_SECONDS = 0.5
 _RETRY_SECONDS = 5.0
 
@@ -163,39 +161,21 @@ class Publisher:
     def _watch_links(self) -> None:
         """Wake the publisher on every rtnetlink link event (add, remove, change)."""
         try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-            sock.bind((0, _RTMGRP_LINK))
+            events = netlink.link_events()
         except OSError as exc:
             event(log, logging.WARNING, "cannot watch link events; relying on the timer", error=exc)
             return
-        sock.settimeout(1.0)
-        with sock:
+        with events:
             while not self._stopping.is_set():
-                try:
-                    sock.recv(65536)
-                except TimeoutError:
+                if not events.wait(1.0):
                     continue
-                except OSError:  # ENOBUFS after a burst: we re-read everything anyway
-                    pass
                 self.trigger(force=False)
                 # One wake-up per debounce period: a burst of prepares or unprepares
                 # must not keep this thread competing for the GIL on every event.
                 self._stopping.wait(_DEBOUNCE_SECONDS)
-                _drain(sock)
+                events.drain()
 
 
 def _owned_content(slice_: dict[str, Any]) -> Any:
     """What must match for a stored slice to need no update: its content and owner."""
     return slices.content(slice_), slice_["metadata"].get("ownerReferences")
-
-
-def _drain(sock: socket.socket) -> None:
-    """Discard the events queued on a netlink socket (their content is not used)."""
-    sock.setblocking(False)
-    try:
-        while True:
-            sock.recv(65536)
-    except OSError:  # EAGAIN: empty; ENOBUFS: dropped, fine
-        pass
-    finally:
-        sock.settimeout(1.0)

@@ -29,6 +29,7 @@ LAYERS: dict[str, set[str]] = {
         "rtnl.addresses",
         "rtnl.routes",
         "rtnl.client",
+        "rtnl.events",
         "nsfs",
         "rdmanl",
         "linkreaper",
