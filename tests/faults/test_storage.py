@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,5 +170,66 @@ def test_a_spec_removed_while_running_is_written_again_from_the_record(api, star
     d.stop()
     d = start_driver()
     assert spec.read_bytes() == content  # and at start-up
+    d.unprepare([claim])
+    nothing_left(ns, d)
+
+
+def test_the_cdi_directory_removed_with_records_elsewhere_loses_no_record(
+    api, start_driver, ns, droot
+):
+    """With --state-dir outside the CDI directory the records outlive it: a prepared
+    claim's spec comes back from its record alone, and unprepare works without the
+    directory (nothing to remove there) and leaves nothing."""
+    fake, _ = api
+    first, second = veth_claim("first", interface="net1"), veth_claim("second", interface="net2")
+    fake.add_claim(first)
+    fake.add_claim(second)
+    state = droot / "state"
+    d = start_driver("--state-dir", str(state))
+    d.state = state  # where the checks look for records
+    assert _ok(d.prepare([first]), first) and _ok(d.prepare([second]), second)
+    specs = {p.name: p.read_bytes() for p in d.cdi.glob("*.json")}
+    records = sorted(p.name for p in state.glob("*.alloc.json"))
+    assert len(specs) == 2 and len(records) == 2
+    shutil.rmtree(d.cdi)
+    fake.claims.clear()  # nothing may come from the API: the records are enough
+    assert _ok(d.prepare([first]), first)
+    assert sorted(p.name for p in state.glob("*.alloc.json")) == records
+    uid = first["metadata"]["uid"]
+    assert {p.name: p.read_bytes() for p in d.cdi.glob("*.json")} == {
+        n: c for n, c in specs.items() if uid in n
+    }
+    shutil.rmtree(d.cdi)  # gone again, now under an unprepare
+    resp = d.unprepare([first, second])
+    assert [resp.claims[c["metadata"]["uid"]].error for c in (first, second)] == ["", ""]
+    assert not d.cdi.exists() or list(d.cdi.glob("*.json")) == []
+    nothing_left(ns, d)
+
+
+def test_symlinks_in_the_cdi_directory_are_replaced_or_removed_never_followed(
+    api, start_driver, ns, droot
+):
+    fake, _ = api
+    claim = veth_claim("c", interface="net1")
+    fake.add_claim(claim)
+    d = start_driver()
+    assert _ok(d.prepare([claim]), claim)
+    [spec] = d.cdi.glob("*.json")
+    content = spec.read_bytes()
+    victim = droot / "victim"
+    victim.write_text("someone else's file\n")
+    spec.unlink()
+    spec.symlink_to(victim)  # our spec replaced by a link to elsewhere
+    assert _ok(d.prepare([claim]), claim)  # the idempotent path writes the spec again
+    assert not spec.is_symlink() and spec.read_bytes() == content
+    stray = d.cdi / spec.name.replace(claim["metadata"]["uid"], str(uuid.uuid4()))
+    stray.symlink_to(victim)  # named like a spec of a claim without a record
+    d.stop()
+    d = start_driver()  # start-up removes it: the link, not what it points to
+    assert not stray.is_symlink() and not stray.exists()
+    assert "removed not a regular file" in d.log()
+    assert victim.read_text() == "someone else's file\n"
+    assert spec.read_bytes() == content
+    check_invariants(ns, d)
     d.unprepare([claim])
     nothing_left(ns, d)
