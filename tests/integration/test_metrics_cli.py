@@ -34,6 +34,9 @@ def test_metrics_count_prepares_and_prepared_claims(api, start_driver):
     assert "dra_driver_prepared_claims 1.0" in text
     assert 'dra_driver_operation_seconds_count{operation="prepare"} 1.0' in text
     assert 'dra_driver_kubelet_call_seconds_count{method="NodePrepareResources"} 1.0' in text
+    # auto, and no NRI runtime in this namespace: CDI netDevices, and the metric says so
+    assert 'dra_driver_injection_mode{mode="cdi"} 1.0' in text
+    assert 'dra_driver_injection_mode{mode="nri"} 0.0' in text
     phases = {
         line.split('phase="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,6 +121,26 @@ def test_auto_falls_back_to_cdi_at_once_without_a_runtime(tmp_path, monkeypatch,
     caplog.clear()
     assert _choose(tmp_path, monkeypatch, "auto", missing) == ((CDI, False), False)
     assert "nothing accepts connections" in _mode_line(caplog).reason
+
+
+def test_auto_falls_back_to_cdi_when_the_runtime_never_accepts_the_plugin(
+    tmp_path, monkeypatch, caplog
+):
+    """A runtime that takes the connection but never configures the plugin (a hung or
+    incompatible one): auto waits NRI_REGISTRATION_WAIT, then CDI, and keeps nothing."""
+    caplog.set_level(logging.INFO, logger="dradriver.daemon")
+    with fake_runtime() as runtime:
+        held = []
+        t = threading.Thread(target=lambda: held.append(runtime.accept()), daemon=True)
+        t.start()
+        start = time.monotonic()
+        assert _choose(tmp_path, monkeypatch, "auto", runtime.path) == ((CDI, False), False)
+        took = time.monotonic() - start
+        t.join(5)
+    assert held, "the plugin never connected"
+    assert 0.9 <= took < 5, took  # NRI_REGISTRATION_WAIT is 1 s here
+    line = _mode_line(caplog)
+    assert line.mode == "cdi" and "did not accept the NRI plugin" in line.reason
 
 
 def test_nri_stays_nri_without_a_runtime_and_says_so(tmp_path, monkeypatch, caplog):
