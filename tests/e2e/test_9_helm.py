@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import pytest
 import yaml
 
 from tests.support.driverproc import DriverProcess
-from tests.support.helm import helm_binary, helm_env
+from tests.support.helm import Helm, pod_env
 from tests.support.waiting import wait_for
 
 from .cluster import ADMISSION, CONTROLLERS, DEPLOY, RESOURCE, SLICES, Cluster
@@ -83,38 +82,6 @@ def install_values(root: Path) -> dict[str, Any]:
     }
 
 
-class Helm:
-    """The helm binary against the control plane, as admin, with its files in `home`."""
-
-    def __init__(self, cluster: Cluster, home: Path) -> None:
-        self.binary = helm_binary()
-        self.env = helm_env(home, cluster.cp.admin_kubeconfig)
-        self.home = home
-        home.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run(
-            [str(self.binary), *args], capture_output=True, text=True, env=self.env,
-            timeout=300, check=False,
-        )  # fmt: skip
-        if check:
-            assert res.returncode == 0, f"helm {' '.join(args)}:\n{res.stdout}\n{res.stderr}"
-        return res
-
-    def values(self, name: str, values: dict[str, Any]) -> str:
-        path = self.home / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(values))
-        return str(path)
-
-    def releases(self) -> list[dict[str, Any]]:
-        out = self("list", "--namespace", NAMESPACE, "--output", "yaml").stdout
-        return list(yaml.safe_load(out) or [])
-
-    def manifest(self) -> list[dict[str, Any]]:
-        """The objects of the release's current revision, as helm recorded them."""
-        return load_documents(self("get", "manifest", RELEASE, "--namespace", NAMESPACE).stdout)
-
-
 @dataclass
 class HelmNode:
     """The node the chart's DaemonSet is pinned to, helm, and the API forwarder."""
@@ -136,7 +103,7 @@ def helm_node(cluster: Cluster, tmp_path: Path) -> Iterator[HelmNode]:
     release (labelled for privileged pods as deploy/namespace.yaml), and helm. At the
     end, whatever a failure left is removed: the release, its namespace (its pods
     finished as a kubelet would), the node's slices, the Node."""
-    helm = Helm(cluster, tmp_path / "helm")
+    helm = Helm(cluster.cp.admin_kubeconfig, tmp_path / "helm", RELEASE, NAMESPACE)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(cluster.delete, f"/api/v1/nodes/{NODE}")
         cleanup.callback(cluster.delete_slices, NODE, DRIVER)
@@ -199,20 +166,6 @@ def driver_pods(cluster: Cluster) -> list[dict[str, Any]]:
     """The chart's DaemonSet pods, oldest first."""
     pods = cluster.pods(NAMESPACE, INSTANCE)
     return sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"])
-
-
-def pod_env(pod: dict[str, Any]) -> dict[str, str]:
-    """The driver container's environment as the kubelet would give it: values, and the
-    downward API's fields of this pod."""
-    [container] = pod["spec"]["containers"]
-    fields = {"spec.nodeName": pod["spec"]["nodeName"], "metadata.uid": pod["metadata"]["uid"]}
-    env = {}
-    for var in container["env"]:
-        if "valueFrom" in var:
-            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
-        else:
-            env[var["name"]] = var.get("value", "")
-    return env
 
 
 def run_pod(node: Node, pod: dict[str, Any], fwd_kubeconfig: Path) -> DriverProcess:

@@ -83,9 +83,10 @@ class Drivers:
         self.node = node
         self.started: list[HostDriver] = []
 
-    def start(self, *args: str, wait: bool = True) -> HostDriver:
-        """A new driver instance (a new pod, as a new DaemonSet pod would be)."""
-        d = HostDriver(self.node, args)
+    def start(self, *args: str, wait: bool = True, **identity: Any) -> HostDriver:
+        """A new driver instance (a new pod, as a new DaemonSet pod would be);
+        `identity`: HostDriver's namespace, service_account and daemonset_env."""
+        d = HostDriver(self.node, args, **identity)
         self.started.append(d)
         return d.start(wait=wait)
 

@@ -17,6 +17,7 @@ built here is the next step: `start_driver` is where it will plug in.)
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,7 +51,9 @@ def install_driver_objects(node: LocalNode) -> None:
     node.apply(DEPLOY / "resourceclass.yaml")
 
 
-def driver_pod_manifest(node_name: str) -> dict[str, Any]:
+def driver_pod_manifest(
+    node_name: str, namespace: str = DRIVER_NAMESPACE, service_account: str = DRIVER_SA
+) -> dict[str, Any]:
     """The Pod whose identity the host-process driver uses: bound to the node, in the
     driver's namespace and ServiceAccount, running busybox (local image) that sleeps.
     Its own label, not the DaemonSet's selector, so a DaemonSet never adopts it."""
@@ -58,8 +61,8 @@ def driver_pod_manifest(node_name: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": "dra-driver-",
-            "namespace": DRIVER_NAMESPACE,
+            "generateName": f"{service_account}-",
+            "namespace": namespace,
             "labels": {STAND_IN_LABEL: "true"},
             "annotations": {
                 "dra-driver.example.com/note": (
@@ -70,7 +73,7 @@ def driver_pod_manifest(node_name: str) -> dict[str, Any]:
         },
         "spec": {
             "nodeName": node_name,
-            "serviceAccountName": DRIVER_SA,
+            "serviceAccountName": service_account,
             "automountServiceAccountToken": False,
             "priorityClassName": "system-node-critical",
             "tolerations": [{"operator": "Exists"}],
@@ -102,11 +105,25 @@ class DriverMode(Protocol):
 
 
 class HostDriver:
-    """`dra-driver run` as a host process in the node (see the module docstring)."""
+    """`dra-driver run` as a host process in the node (see the module docstring).
 
-    def __init__(self, node: LocalNode, args: tuple[str, ...] = ()) -> None:
+    `daemonset_env`: run it instead from the environment of a DaemonSet's container (a
+    Helm release's: every setting comes from it, with the downward API's fields filled
+    in for the stand-in Pod), as `namespace`/`service_account`."""
+
+    def __init__(
+        self,
+        node: LocalNode,
+        args: tuple[str, ...] = (),
+        *,
+        namespace: str = DRIVER_NAMESPACE,
+        service_account: str = DRIVER_SA,
+        daemonset_env: Callable[[dict[str, Any]], dict[str, str]] | None = None,
+    ) -> None:
         self.node = node
         self.args = args
+        self.namespace, self.service_account = namespace, service_account
+        self.daemonset_env = daemonset_env
         self.pod: dict[str, Any] = {}
         self.proc: DriverProcess | None = None
 
@@ -132,28 +149,40 @@ class HostDriver:
         if self.proc is None:
             self.pod = self.node.request(
                 "POST",
-                f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods",
-                driver_pod_manifest(self.node.name),
+                f"/api/v1/namespaces/{self.namespace}/pods",
+                driver_pod_manifest(self.node.name, self.namespace, self.service_account),
             )
             kubeconfig = self.node.control_plane.bound_token_kubeconfig(
-                DRIVER_NAMESPACE, DRIVER_SA, self.pod, self.node.name
+                self.namespace, self.service_account, self.pod, self.node.name
             )
             lay.driver_dir.mkdir(parents=True, exist_ok=True)
+            if self.daemonset_env is not None:
+                env = self.daemonset_env(self.pod)
+                options: dict[str, Any] = {
+                    "env": env,
+                    "args": self.args,
+                    "own_flags": False,
+                    "driver": env["DRA_DRIVER_NAME"],
+                }
+            else:
+                options = {
+                    "env": {"DRA_CLAIM_ADDRESS_RANGES": claim_address_ranges()},
+                    "args": (
+                        *("--virtual-parents", PARENT, "--nri-socket", str(lay.nri_socket)),
+                        *self.args,
+                    ),
+                }
             self.proc = DriverProcess(
                 lay.driver_dir,
                 lay.netns,
                 kubeconfig,
                 node=self.node.name,
                 pod_uid=self.pod_uid,
-                args=(
-                    *("--virtual-parents", PARENT, "--nri-socket", str(lay.nri_socket)),
-                    *self.args,
-                ),
-                env={"DRA_CLAIM_ADDRESS_RANGES": claim_address_ranges()},
                 registry=lay.kubelet_registry,
                 plugins=lay.kubelet_plugins,
                 cdi=lay.cdi_dir,
                 enter=lay.enter(),
+                **options,
             )
             self.node.on_stop.append(self.stop)
         registrations = self.registrations()
@@ -210,9 +239,7 @@ class HostDriver:
         """Stop the process and delete its Pod, as a finished rollout does."""
         self.stop()
         try:
-            self.node.request(
-                "DELETE", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods/{self.pod_name}"
-            )
+            self.node.request("DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod_name}")
         except ApiError as e:
             if e.code != 404:
                 raise

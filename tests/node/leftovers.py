@@ -31,7 +31,8 @@ class DriverState:
         ]
 
 
-def driver_state(lay: NodeLayout) -> DriverState:
+def driver_state(lay: NodeLayout, driver: str = DRIVER) -> DriverState:
+    """What a driver (by name) holds on the node: tagged links, specs, records."""
     links, untagged = set(), set()
     for link in links_in(lay.netns):
         parsed = naming.parse_ifalias(link["alias"])
@@ -42,8 +43,8 @@ def driver_state(lay: NodeLayout) -> DriverState:
     # <driver>-<type>_<claim uid>.json (naming.cdi_spec_filename)
     specs = {
         p.name.rsplit("_", 1)[1].removesuffix(".json")
-        for p in lay.cdi_dir.glob(f"{DRIVER}-*_*.json")
+        for p in lay.cdi_dir.glob(f"{driver}-*_*.json")
     }
-    state_dir = lay.cdi_dir / f"{DRIVER}-state"
+    state_dir = lay.cdi_dir / f"{driver}-state"
     records = {p.name.split(".")[0] for p in state_dir.glob("*.alloc.json")}
     return DriverState(frozenset(links), frozenset(untagged), frozenset(specs), frozenset(records))

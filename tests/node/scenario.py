@@ -20,8 +20,10 @@ def template(
     *,
     request: str = "nic",
     device_class: str = "virtual-network",
+    driver: str = DRIVER,
 ) -> dict[str, Any]:
-    """A ResourceClaimTemplate: one request of `device_class`, our netdev config."""
+    """A ResourceClaimTemplate: one request of `device_class`, a netdev config for
+    `driver`."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -34,7 +36,7 @@ def template(
                         {
                             "requests": [request],
                             "opaque": {
-                                "driver": DRIVER,
+                                "driver": driver,
                                 "parameters": {"type": "netdev", "netdev": netdev},
                             },
                         }

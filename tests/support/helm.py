@@ -8,8 +8,10 @@ import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "hack" / "build-helm.sh"
@@ -45,3 +47,52 @@ def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
     return env
+
+
+def pod_env(pod: dict[str, Any]) -> dict[str, str]:
+    """The driver container's environment as the kubelet would give it: values, and the
+    downward API's fields of this pod."""
+    [container] = pod["spec"]["containers"]
+    fields = {"spec.nodeName": pod["spec"]["nodeName"], "metadata.uid": pod["metadata"]["uid"]}
+    env = {}
+    for var in container["env"]:
+        if "valueFrom" in var:
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[var["name"]] = var.get("value", "")
+    return env
+
+
+class Helm:
+    """helm for one release, against the cluster of `kubeconfig`, its files in `home`."""
+
+    def __init__(self, kubeconfig: Path, home: Path, release: str, namespace: str) -> None:
+        self.binary = helm_binary()
+        self.env = helm_env(home, kubeconfig)
+        self.home, self.release, self.namespace = home, release, namespace
+        home.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            [str(self.binary), *args], capture_output=True, text=True, env=self.env,
+            timeout=300, check=False,
+        )  # fmt: skip
+        if check:
+            assert res.returncode == 0, f"helm {' '.join(args)}:\n{res.stdout}\n{res.stderr}"
+        return res
+
+    def values(self, name: str, values: dict[str, Any]) -> str:
+        """`values` written to a file for --values."""
+        path = self.home / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        return str(path)
+
+    def releases(self) -> list[dict[str, Any]]:
+        """`helm list` of the release's namespace."""
+        out = self("list", "--namespace", self.namespace, "--output", "yaml").stdout
+        return list(yaml.safe_load(out) or [])
+
+    def manifest(self) -> list[dict[str, Any]]:
+        """The objects of the release's current revision, as helm recorded them."""
+        out = self("get", "manifest", self.release, "--namespace", self.namespace).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
