@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,7 +106,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for ns in left_ns:
             netns.delete(ns)
         for link in left_links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+            hosttools.run(["ip", "link", "del", link], capture_output=True, check=False)
         for pid in left_procs:
             os.kill(pid, 9)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

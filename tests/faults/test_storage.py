@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from tests.faults.checks import answer_of, check_invariants, expected_answer
 from tests.integration.helpers import nothing_left, veth_claim
+from tests.support import hosttools
 from tests.support.runtime import links_in
 
 pytestmark = [pytest.mark.root, pytest.mark.kind("veth")]
@@ -27,11 +27,12 @@ def tmpfs(droot) -> Iterator[Path]:
     """The state directory on a small tmpfs of its own (unmounted at the end)."""
     state = droot / "cdi" / "dra.example.com-state"
     state.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(state)], check=True)
+    hosttools.require("umount")
+    hosttools.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(state)], check=True)
     try:
         yield state
     finally:
-        subprocess.run(["umount", "-l", str(state)], check=False)
+        hosttools.run(["umount", "-l", str(state)], check=False)
 
 
 def _ok(resp, claim) -> bool:
@@ -46,7 +47,7 @@ def test_a_full_filesystem_fails_the_claim_clearly_and_leaves_nothing(api, start
     d = start_driver()
     assert _ok(d.prepare([before]), before)
     filler = tmpfs / "filler"
-    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k", "count=1000"],
+    hosttools.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k", "count=1000"],
                    capture_output=True, check=False)  # fmt: skip
     error, _ = answer_of(d.prepare([after]), after)
     uid = after["metadata"]["uid"]
@@ -73,7 +74,7 @@ def test_a_read_only_state_directory_with_a_corrupt_record_does_not_stop_the_dri
     d.stop()
     corrupt = tmpfs / "0b6f3e6c-4a4e-4b8e-9d3e-6f1a2b3c4d5e.alloc.json"
     corrupt.write_text('{"version": 1, "claim": ')
-    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    hosttools.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     d = start_driver()
     log = d.log()
     assert "cannot be moved aside" in log and str(corrupt) in log
@@ -82,7 +83,7 @@ def test_a_read_only_state_directory_with_a_corrupt_record_does_not_stop_the_dri
     assert "Read-only file system" in error and "mount it read-write" in error, error
     assert not any(new["metadata"]["uid"] in (ln["alias"] or "") for ln in links_in(ns))
     d.stop()  # (`ip netns exec` gave the daemon its own copy of the read-only mount)
-    subprocess.run(["mount", "-o", "remount,rw", str(tmpfs)], check=True)
+    hosttools.run(["mount", "-o", "remount,rw", str(tmpfs)], check=True)
     d = start_driver()
     assert (tmpfs / f"{corrupt.name}.corrupt").exists()  # set aside once it can be
     (tmpfs / f"{corrupt.name}.corrupt").unlink()

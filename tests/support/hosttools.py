@@ -21,6 +21,9 @@ PACKAGES = {
     "make": "make",
     "cc": "gcc",
     "pgrep": "procps",
+    "mount": "mount",
+    "umount": "mount",
+    "dd": "coreutils",
     "go": "golang (or Go from go.dev in /usr/local/go/bin)",
 }
 
