@@ -29,7 +29,7 @@ from dradriver.metrics import Metrics
 from dradriver.nri import NriPlugin
 from dradriver.prepare import Preparer
 from dradriver.publisher import Publisher
-from dradriver.records import RecordStore
+from dradriver.recordstore import RecordStore
 from dradriver.registry import HandlerRegistry
 from dradriver.sandboxes import PodSandboxes
 from dradriver.settings import Settings

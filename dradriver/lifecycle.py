@@ -34,7 +34,8 @@ from dradriver.log import event
 from dradriver.moves import moves_of
 from dradriver.phases import phase
 from dradriver.plan import Plan
-from dradriver.records import PREPARED, PREPARING, ClaimRecord, RecordStore
+from dradriver.records import PREPARED, PREPARING, ClaimRecord
+from dradriver.recordstore import RecordStore
 from dradriver.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from dradriver.records import (
     ClaimRecord,
     CorruptRecord,
     DeviceAnswer,
-    RecordStore,
 )
+from dradriver.recordstore import RecordStore
 from dradriver.registry import HandlerRegistry
 
 log = logging.getLogger(__name__)

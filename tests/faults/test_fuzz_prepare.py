@@ -29,7 +29,7 @@ from dradriver.hookspecs import ClaimRef
 from dradriver.inventory import Inventory
 from dradriver.netlink import Route
 from dradriver.prepare import Preparer
-from dradriver.records import RecordStore
+from dradriver.recordstore import RecordStore
 from dradriver.registry import HandlerRegistry
 from tests.faults.fuzzing import (
     GATEWAYS,

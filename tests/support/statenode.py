@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from dradriver import atomicfile, cdi, gc, netlink, records
+from dradriver import atomicfile, cdi, gc, netlink, recordstore
 from dradriver.config import ConfigSchema
 from dradriver.hookspecs import ClaimRef
 from dradriver.inventory import Inventory
 from dradriver.kubeapi import ApiError
 from dradriver.netlink import Route
 from dradriver.prepare import Outcome, Preparer
-from dradriver.records import RecordStore
+from dradriver.recordstore import RecordStore
 from dradriver.registry import HandlerRegistry
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
 from tests.support.fakekernel import FakeKernel, Steps
@@ -127,7 +127,7 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]
     fs.nic("ens1", "0000:3b:00.0", mac=NIC_MAC)
     (tmp_path / "cdi").mkdir()
     # File writes and removals are steps too: a crash can come between any two.
-    for module in (records, cdi):
+    for module in (recordstore, cdi):
         monkeypatch.setattr(module, "write_atomic", _counted(steps, "write", module.write_atomic))
         monkeypatch.setattr(
             module, "remove_durably", _counted(steps, "remove", atomicfile.remove_durably)

@@ -20,7 +20,8 @@ from dradriver.hookspecs import CDI, NRI, ClaimRef, PodInterface, PodRoute, PodS
 from dradriver.kit import rdma
 from dradriver.moves import IN, Move, moves_of, placement
 from dradriver.nri import NriPlugin
-from dradriver.records import FORMAT, PREPARED, ClaimRecord, RecordStore
+from dradriver.records import FORMAT, PREPARED, ClaimRecord
+from dradriver.recordstore import RecordStore
 from tests.support.fakekernel import FakeKernel
 from tests.support.handlers import request
 from tests.support.nriruntime import fake_runtime

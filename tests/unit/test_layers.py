@@ -44,6 +44,7 @@ LAYERS: dict[str, set[str]] = {
         "claims",
         "cdi",
         "records",
+        "recordstore",
         "moves",
         "injection",
         "slices",

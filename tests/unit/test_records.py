@@ -11,9 +11,9 @@ from dradriver.records import (
     ClaimRecord,
     CorruptRecord,
     DeviceRecord,
-    RecordStore,
     UnreadableRecord,
 )
+from dradriver.recordstore import RecordStore
 
 UID = "3f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
 UID2 = "4f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
