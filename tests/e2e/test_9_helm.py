@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.support.driverproc import DriverProcess
-from tests.support.helm import Helm, pod_env
+from tests.support.helm import Helm, device_classes, pod_env
 from tests.support.waiting import wait_for
 
 from .cluster import ADMISSION, CONTROLLERS, DEPLOY, RESOURCE, SLICES, Cluster
@@ -70,15 +70,7 @@ def install_values(root: Path) -> dict[str, Any]:
             "cdiDir": str(root / "cdi"),
         },
         "settings": {"virtualSlots": 16, "publishInterval": 3600},
-        "deviceClasses": {
-            key: {"enabled": True, "name": f"helm-{name}"}
-            for key, name in [
-                ("networkDevices", "network-devices"),
-                ("virtualNetwork", "virtual-network"),
-                ("rdmaDevices", "rdma-devices"),
-                ("roceDevices", "roce-devices"),
-            ]
-        },
+        "deviceClasses": device_classes("helm-"),
     }
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.cluster import DEPLOY
 from tests.e2e.kube import load_documents
-from tests.support.helm import Helm, pod_env
+from tests.support.helm import Helm, device_classes, pod_env
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
@@ -64,15 +64,7 @@ def release_values(node: LocalNode, slots: int, log_level: str = "info") -> dict
             "healthcheckPort": 51516,  # the session's driver has the default one
             "logLevel": log_level,
         },
-        "deviceClasses": {
-            key: {"enabled": True, "name": f"helm-{name}"}
-            for key, name in [
-                ("networkDevices", "network-devices"),
-                ("virtualNetwork", "virtual-network"),
-                ("rdmaDevices", "rdma-devices"),
-                ("roceDevices", "roce-devices"),
-            ]
-        },
+        "deviceClasses": device_classes("helm-"),
     }
 
 

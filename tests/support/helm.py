@@ -49,6 +49,18 @@ def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:
     return env
 
 
+def device_classes(prefix: str) -> dict[str, dict[str, Any]]:
+    """The chart's `deviceClasses` value with every class enabled and its default name
+    prefixed: a release's classes beside deploy/'s in one cluster."""
+    defaults = {
+        "networkDevices": "network-devices",
+        "virtualNetwork": "virtual-network",
+        "rdmaDevices": "rdma-devices",
+        "roceDevices": "roce-devices",
+    }
+    return {key: {"enabled": True, "name": prefix + name} for key, name in defaults.items()}
+
+
 def pod_env(pod: dict[str, Any]) -> dict[str, str]:
     """The driver container's environment as the kubelet would give it: values, and the
     downward API's fields of this pod."""
