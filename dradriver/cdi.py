@@ -43,11 +43,6 @@ def build_spec(
     }
 
 
-def spec_path(cdi_dir: StrPath, driver: str, device_type: str, claim_uid: str) -> str:
-    """Where the spec of one claim's devices of one type lives."""
-    return spec_file(cdi_dir, naming.cdi_spec_filename(driver, device_type, claim_uid))
-
-
 def spec_file(cdi_dir: StrPath, name: str) -> str:
     """The path of the spec file `name` (a string: see atomicfile)."""
     return os.path.join(os.fspath(cdi_dir), name)

@@ -118,13 +118,8 @@ def _keep_true(
         event(log, logging.WARNING, "node rebooted: claim prepared again", claim=uid)
         report.reprepared_claims.append(uid)
         return again
-    restored = [
-        n
-        for n in record.cdi_specs
-        if not os.path.isfile(cdi.spec_file(lifecycle.cdi_dir, n))  # noqa: PTH113
-    ]
-    lost = lifecycle.restore_specs(record)
-    report.restored_specs += [n for n in restored if n not in lost]
+    restored, lost = lifecycle.restore_specs(record)
+    report.restored_specs += restored
     if lost:  # kept: its pod may be running; only a record of an older driver lacks specs
         report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
     stale = lifecycle.is_intact(record, present)

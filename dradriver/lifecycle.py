@@ -257,9 +257,11 @@ class ClaimLifecycle:
                     return f"interface {name}, which stays on the host, is gone"
         return None
 
-    def restore_specs(self, record: ClaimRecord) -> list[str]:
-        """Write again the spec files of a record that are missing; those it could not."""
-        lost = []
+    def restore_specs(self, record: ClaimRecord) -> tuple[list[str], list[str]]:
+        """Write again the spec files of a record that are missing (or not regular files):
+        the ones written, and the ones it could not write."""
+        written: list[str] = []
+        lost: list[str] = []
         for name in record.cdi_specs:
             path = cdi.spec_file(self.cdi_dir, name)
             if os.path.isfile(path) and not os.path.islink(path):  # noqa: PTH113, PTH114
@@ -269,6 +271,7 @@ class ClaimLifecycle:
                 lost.append(name)  # a record of a driver that did not keep its specs
                 continue
             cdi.write_spec(path, spec)
+            written.append(name)
             event(
                 log,
                 logging.WARNING,
@@ -276,7 +279,7 @@ class ClaimLifecycle:
                 claim=record.claim.uid,
                 file=path,
             )
-        return lost
+        return written, lost
 
     def renew(self, record: ClaimRecord) -> ClaimRecord:
         """Make a prepared claim's kernel objects anew after a pod sandbox used them up

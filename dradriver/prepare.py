@@ -216,7 +216,7 @@ class Preparer:
             record = self._load(ref)
         if record is not None and record.phase == PREPARED:
             with phase("records"):
-                lost = self.lifecycle.restore_specs(record)
+                _, lost = self.lifecycle.restore_specs(record)
                 if lost:  # only a record of an older driver cannot hold its specs
                     event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
                 stale = self.lifecycle.is_intact(record)

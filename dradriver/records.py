@@ -24,7 +24,6 @@ update in either direction (design.md, "Record versions"):
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,6 @@ from typing import Any
 from dradriver.errors import DriverError
 from dradriver.hookspecs import CDI, ClaimRef, DeviceRequest, NetworkData, Prepared, Validated
 from dradriver.moves import Move
-
-log = logging.getLogger(__name__)
 
 FORMAT = 3  # what this code writes and understands (2: `writer`, unknown fields kept;
 # 3: `injection`, `moves`, `placement` of the NRI mode, all top-level)

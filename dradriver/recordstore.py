@@ -127,7 +127,7 @@ class RecordStore:
                     log,
                     logging.ERROR,
                     "allocation record cannot be read",
-                    file=str(path),
+                    file=path,
                     error=exc,
                 )
                 continue
@@ -141,7 +141,7 @@ class RecordStore:
 
     def _files(self) -> Iterator[str]:
         try:
-            entries = os.scandir(self.directory)
+            entries = os.scandir(self._dir)
         except FileNotFoundError:
             return
         with entries:
@@ -155,9 +155,7 @@ class RecordStore:
             if record.claim.uid != claim_uid:
                 raise ValueError(f"holds claim UID {record.claim.uid}, file name says {claim_uid}")
         except UnreadableRecord as exc:
-            event(
-                log, logging.ERROR, "allocation record left untouched", file=str(path), reason=exc
-            )
+            event(log, logging.ERROR, "allocation record left untouched", file=path, reason=exc)
             raise UnreadableRecord(f"allocation record {path} is {exc}; left untouched") from None
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             raise self._quarantine(path, str(exc)) from None
@@ -172,7 +170,7 @@ class RecordStore:
                 log,
                 logging.ERROR,
                 "corrupt allocation record cannot be moved aside; left in place",
-                file=str(path),
+                file=path,
                 reason=reason,
                 error=exc,
             )

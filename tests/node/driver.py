@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from tests.e2e.cluster import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, daemonset_env, driver_manifests
 from tests.e2e.kube import ApiError
-from tests.support.driverproc import DriverProcess
+from tests.support.driverproc import DRIVER, DriverProcess
 from tests.support.waiting import wait_for
 
 from .images import BUSYBOX_IMAGE
@@ -156,33 +156,27 @@ class HostDriver:
                 self.namespace, self.service_account, self.pod, self.node.name
             )
             lay.driver_dir.mkdir(parents=True, exist_ok=True)
-            if self.daemonset_env is not None:
+            if self.daemonset_env is not None:  # every setting from the DaemonSet's env
                 env = self.daemonset_env(self.pod)
-                options: dict[str, Any] = {
-                    "env": env,
-                    "args": self.args,
-                    "own_flags": False,
-                    "driver": env["DRA_DRIVER_NAME"],
-                }
+                args = self.args
             else:
-                options = {
-                    "env": {"DRA_CLAIM_ADDRESS_RANGES": claim_address_ranges()},
-                    "args": (
-                        *("--virtual-parents", PARENT, "--nri-socket", str(lay.nri_socket)),
-                        *self.args,
-                    ),
-                }
+                env = {"DRA_CLAIM_ADDRESS_RANGES": claim_address_ranges()}
+                args = ("--virtual-parents", PARENT, "--nri-socket", str(lay.nri_socket))
+                args += self.args
             self.proc = DriverProcess(
                 lay.driver_dir,
                 lay.netns,
                 kubeconfig,
                 node=self.node.name,
                 pod_uid=self.pod_uid,
+                args=args,
+                env=env,
+                driver=env.get("DRA_DRIVER_NAME", DRIVER),
+                own_flags=self.daemonset_env is None,
                 registry=lay.kubelet_registry,
                 plugins=lay.kubelet_plugins,
                 cdi=lay.cdi_dir,
                 enter=lay.enter(),
-                **options,
             )
             self.node.on_stop.append(self.stop)
         registrations = self.registrations()

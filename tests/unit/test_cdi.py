@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from dradriver import cdi
+from dradriver import cdi, naming
 from tests.support.cdischema import problems
 
 UID = "3f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
@@ -73,7 +73,8 @@ def test_empty_edits_are_refused():
 
 
 def test_write_is_atomic_and_named_per_claim(tmp_path):
-    path = Path(cdi.spec_path(tmp_path, "dra.example.com", "netdev", UID))
+    name = naming.cdi_spec_filename("dra.example.com", "netdev", UID)
+    path = Path(cdi.spec_file(tmp_path, name))
     assert path.name == f"dra.example.com-netdev_{UID}.json"
     spec = cdi.build_spec("dra.example.com", "netdev", [("n", {"env": ["A=1"]})])
     cdi.write_spec(path, spec)
