@@ -8,7 +8,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from bench.stats import timed
-from dradriver.atomicfile import remove_durably, write_atomic
+from dradriver.state.atomicfile import remove_durably, write_atomic
 from tests.support import netns
 
 

@@ -10,7 +10,7 @@ from bench import floors
 from bench.client import Kubelet
 from bench.env import Env, environment
 from bench.stats import summary, timed
-from dradriver.hookspecs import Device
+from dradriver.contract.hookspecs import Device
 from tests.support import netns
 from tests.support.handlers import context, prepare
 from tests.support.runtime import move_like_runc, return_to_host

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dradriver import slices
-from dradriver.inventory import Inventory
-from dradriver.kubeapi import KubeApi
-from dradriver.publisher import Publisher
-from dradriver.registry import HandlerRegistry
+from dradriver.apiserver import slices
+from dradriver.apiserver.inventory import Inventory
+from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.apiserver.publisher import Publisher
+from dradriver.contract.registry import HandlerRegistry
 from tests.support.fakeapi import FakeApi
 from tests.support.fakesys import FakeSys
 from tests.support.handlers import context

@@ -19,7 +19,7 @@ from pyroute2.netlink import NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_GETLINK
 
 from bench.stats import summary, timed
-from dradriver.rtnl.client import RtnlKernel
+from dradriver.kernel.rtnl.client import RtnlKernel
 from tests.support import netns
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ _RSS = """
 import sys
 import dradriver.cli, dradriver.daemon
 import dradriver.handlers.netdev, dradriver.handlers.rdma, dradriver.handlers.combo
-from dradriver import netlink
+from dradriver.kernel import netlink
 netlink.links()
 if sys.argv[1] == "pyroute2":
     from pyroute2 import IPRoute

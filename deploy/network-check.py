@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from dradriver import claims
-from dradriver.hookspecs import ClaimRef
+from dradriver.claims import resolution
+from dradriver.contract.hookspecs import ClaimRef
 from dradriver.kit.netconfig import DEFAULT_INTERFACE_NAME
 
 DRIVER = "dra.example.com"
@@ -158,7 +158,7 @@ def request_parameters(
             }
         },
     }
-    [device] = claims.resolve(claim, ClaimRef("", "", "check"), DRIVER).devices
+    [device] = resolution.resolve(claim, ClaimRef("", "", "check"), DRIVER).devices
     return dict(device.parameters or CLASS_DEFAULTS.get(device_class, {}))
 
 

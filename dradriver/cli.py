@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dradriver import settings as settings_mod
-from dradriver import slices
-from dradriver.config import ConfigSchema
-from dradriver.errors import DriverError
-from dradriver.inventory import Inventory
-from dradriver.registry import HandlerRegistry
+from dradriver.apiserver import slices
+from dradriver.apiserver.inventory import Inventory
+from dradriver.base.errors import DriverError
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.registry import HandlerRegistry
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,27 +13,29 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from dradriver import gc, log, naming
-from dradriver.calls import CallGate
-from dradriver.config import ConfigSchema
-from dradriver.errors import DriverError
-from dradriver.hookspecs import CDI, NRI, HandlerContext
-from dradriver.injection import AUTO
-from dradriver.inventory import Inventory
-from dradriver.kubeapi import KubeApi
+from dradriver.apiserver.inventory import Inventory
+from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.apiserver.publisher import Publisher
+from dradriver.apiserver.status import StatusWriter
+from dradriver.base import log
+from dradriver.base.errors import DriverError
+from dradriver.base.log import event
+from dradriver.base.metrics import Metrics
+from dradriver.claims import reconcile
+from dradriver.claims.budget import CallGate
+from dradriver.claims.prepare import Preparer
+from dradriver.contract import naming
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import CDI, NRI, HandlerContext
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel.linkreaper import LinkReaper
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
-from dradriver.linkreaper import LinkReaper
-from dradriver.log import event
-from dradriver.metrics import Metrics
 from dradriver.nri import NriPlugin
-from dradriver.prepare import Preparer
-from dradriver.publisher import Publisher
-from dradriver.recordstore import RecordStore
-from dradriver.registry import HandlerRegistry
-from dradriver.sandboxes import PodSandboxes
+from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.settings import Settings
-from dradriver.status import StatusWriter
+from dradriver.state.injection import AUTO
+from dradriver.state.recordstore import RecordStore
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +145,9 @@ def run(settings: Settings) -> int:
 
     with lock:  # another instance (rolling update) may be preparing right now
         loaded, unusable = records.load_all()
-        report = gc.reconcile(loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle)
+        report = reconcile.reconcile(
+            loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
+        )
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]

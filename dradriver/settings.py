@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dradriver import injection, iprules, naming
+from dradriver.contract import iprules, naming
+from dradriver.state import injection
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"  # NRI's DefaultSocketPath

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from dradriver.atomicfile import write_atomic
+from dradriver.state.atomicfile import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "dra-driver"

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dradriver.rtnl import addresses, links, routes, wire  # noqa: E402
+from dradriver.kernel.rtnl import addresses, links, routes, wire  # noqa: E402
 from tests.support import ipjson, netns  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "rtnl" / "replies.json"

@@ -24,7 +24,7 @@ import yaml
 from dradriver.admission import fragment, merged
 from dradriver.admission.cel import IGNORED, Translator, lit
 from dradriver.admission.schema import types_of
-from dradriver.config import ConfigSchema
+from dradriver.contract.config import ConfigSchema
 
 MESSAGE_CHARS = 4000  # the API server drops a message over 5 KiB entirely
 LABELS = {"app.kubernetes.io/name": "dra-driver"}

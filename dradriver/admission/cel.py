@@ -3,9 +3,9 @@
 `Translator.issues(value, schema, path)` is a CEL expression of type list(string): one
 "<path>: <reason>" per problem of `value` (a CEL expression) under `schema`, empty when
 valid. It reads the keywords the handlers use with the driver's semantics (see
-dradriver/config.py): types (integer: a 64-bit JSON integer), enum, const, not {enum},
-pattern (dradriver/patterns.py's common dialect), formats cidr (a claim's address:
-Kubernetes' isCIDR and dradriver.iprules' rule 1), route-destination and route-gateway
+dradriver/contract/config.py): types (integer: a 64-bit JSON integer), enum, const, not {enum},
+pattern (dradriver/contract/patterns.py's common dialect), formats cidr (a claim's address:
+Kubernetes' isCIDR and dradriver.contract.iprules' rule 1), route-destination and route-gateway
 (Kubernetes' isCIDR/isIP, which the driver matches), string lengths, numeric ranges,
 arrays (items, sizes, uniqueness) and objects (properties, additionalProperties false or
 a schema, propertyNames, maxProperties; required inside list items, which are never
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from dradriver import iprules, patterns
+from dradriver.contract import iprules, patterns
 
 CIDR_HINT = "must be an address with a prefix length, e.g. 10.0.0.2/24"
 IGNORED = {
@@ -382,7 +382,7 @@ GATEWAY_HINT = "must be an address without a prefix length, e.g. 10.20.0.1 or fe
 
 
 def _cidr(v: str, invalid: str) -> str:
-    """CEL for the `cidr` format: Kubernetes' isCIDR, then what dradriver.iprules' rule 1
+    """CEL for the `cidr` format: Kubernetes' isCIDR, then what dradriver.contract.iprules' rule 1
     says of the address (canonical spelling, never a special range, not the network,
     subnet-router or IPv4 broadcast address of its own prefix)."""
     c = f"cidr({v})"
@@ -418,7 +418,7 @@ def _cidr(v: str, invalid: str) -> str:
 
 
 def _destination(v: str, invalid: str) -> str:
-    """CEL for the `route-destination` format (dradriver.iprules.parse_destination): a
+    """CEL for the `route-destination` format (dradriver.contract.iprules.parse_destination): a
     network in canonical form, host bits clear."""
     c = f"cidr({v})"
     return (
@@ -429,7 +429,7 @@ def _destination(v: str, invalid: str) -> str:
 
 
 def _gateway(v: str, invalid: str) -> str:
-    """CEL for the `route-gateway` format (dradriver.iprules.parse_gateway): a unicast
+    """CEL for the `route-gateway` format (dradriver.contract.iprules.parse_gateway): a unicast
     address in canonical form, link-local allowed."""
     a = f"ip({v})"
     return (

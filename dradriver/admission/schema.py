@@ -56,7 +56,7 @@ class TypeSpec:
 
 
 def types_of(schema: Mapping[str, Any]) -> list[TypeSpec]:
-    """The types and kinds of an assembled config schema (dradriver.config builds it)."""
+    """The types and kinds of an assembled config schema (dradriver.contract.config builds it)."""
     out = []
     for name, type_schema in schema["properties"].items():
         if name == "type":

@@ -1,11 +1,12 @@
 """The handler kit: what device-family plugins share. Part of the plugin contract.
 
-A handler plugin, built-in or third-party, may import `dradriver.hookspecs` (the
-contract), `dradriver.errors`, `dradriver.netlink`, `dradriver.naming` and these
-modules, and nothing else of the core; plugin families never import each other.
+A handler plugin, built-in or third-party, may import `dradriver.contract.hookspecs` (the
+contract), `dradriver.base.errors`, `dradriver.kernel.netlink`, `dradriver.contract.naming`
+and these modules, and nothing else of the core; plugin families never import each other.
 
-- `netconfig`: the fields every netdev config has, their schema fragments, and creating,
-  tagging and configuring the links the driver makes;
+- `netconfig`: the fields every netdev config has, their schema fragments and checks;
+- `links`: the links the driver makes: their names and tags, creating, configuring and
+  deleting them;
 - `hostif`: host interfaces handed whole to a pod (which may be, claiming, giving back);
 - `rdma`: RDMA devices in sysfs and the CDI edits that hand one to a container;
 - `sysfs`: sysfs readers rooted at `--sysfs-root`.

@@ -1,6 +1,6 @@
 """A claim's addresses against the node: the operator's ranges and what the host uses.
 
-The form of an address is the config schema's business (`dradriver.iprules`, rule 1).
+The form of an address is the config schema's business (`dradriver.contract.iprules`, rule 1).
 Here, on the node: rule 2, the operator's ranges (`--claim-address-ranges`), and rule 3,
 the host's own addresses, local routes, gateways and the API server's address. Rule 3
 applies where the host sees a claim's addresses: with CDI netDevices the driver adds them
@@ -15,9 +15,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Collection, Sequence
 
-from dradriver import iprules, naming, netlink
-from dradriver.errors import ConfigError
-from dradriver.hookspecs import HandlerContext
+from dradriver.base.errors import ConfigError
+from dradriver.contract import iprules, naming
+from dradriver.contract.hookspecs import HandlerContext
+from dradriver.kernel import netlink
 
 # CDI netDevices: the addresses are on the host side of the link until the move.
 ON_HOST = True

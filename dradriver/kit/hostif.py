@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dradriver import naming, netlink
-from dradriver.errors import DeviceError
-from dradriver.hookspecs import DeviceRequest, HandlerContext, NetworkData
+from dradriver.base.errors import DeviceError
+from dradriver.contract import naming
+from dradriver.contract.hookspecs import DeviceRequest, HandlerContext, NetworkData
+from dradriver.kernel import netlink
 from dradriver.kit import netconfig, sysfs
-from dradriver.kit.netconfig import NetConfig, configure
+from dradriver.kit.links import configure
+from dradriver.kit.netconfig import NetConfig
 
 PROC = Path("/proc")
 _KERNEL_FALLBACK_NAME = re.compile(r"dev[0-9]+")

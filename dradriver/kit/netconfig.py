@@ -1,33 +1,31 @@
-"""What every netdev config shares: fields, schema fragments, and the links the driver makes.
+"""What every netdev config shares: its fields, their schema fragments and their checks.
 
-Links the driver creates get a deterministic host name (`naming.host_ifname`) and an
-ifalias tag naming their owner (`naming.ifalias`), are configured while down on the
-host, and are moved into the container by the runtime (CDI netDevices) or into the pod
-sandbox's namespace by the driver (NRI). In NRI mode the host never holds a claim's
-addresses: they, the routes and the sysctls are applied inside the pod after the move
-(`pod_interface` describes it). In CDI mode routes and sysctls are refused.
+A claim's addresses, routes and sysctls go on the host side of a link in CDI mode (routes
+and sysctls are refused there) and only inside the pod in NRI mode. The links themselves
+are made by `dradriver.kit.links`.
 """
 
 from __future__ import annotations
 
-import errno
+import importlib
 import ipaddress
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dradriver import iprules, linkreaper, naming, netlink
-from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import (
+from dradriver.base.errors import ConfigError
+from dradriver.contract import iprules
+from dradriver.contract.hookspecs import (
     NEEDS_NRI,
     NRI,
     DeviceRequest,
     NetworkData,
-    PodInterface,
     PodRoute,
     PodSysctl,
     Validated,
 )
+from dradriver.kernel import netlink
 from dradriver.kit import hostaddr
 
 DEFAULT_INTERFACE_NAME = "eth1"
@@ -45,7 +43,7 @@ RESERVED_INTERFACE_NAMES = ["lo", *RESERVED_HOST_NAMES]
 ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f][02468AaCcEe](:[0-9A-Fa-f]{2}){5}$"
 ZERO_MAC = "00:00:00:00:00:00"
 # Canonical CIDR spelling (lower-case hex, decimal prefix length); the `cidr` format
-# (dradriver.iprules) checks the rest: a real address, and not of a special range.
+# (dradriver.contract.iprules) checks the rest: a real address, and not of a special range.
 CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 MAX_ROUTES = 32
@@ -317,133 +315,23 @@ def check_ipv6_mtu(cfg: NetConfig, path: str, mtu: int) -> None:
         raise ConfigError.many(issues)
 
 
-@dataclass(frozen=True)
-class CreatedLinks:
-    """Undo payload of a device whose links the driver created: delete them if still ours.
-
-    `container` names the links that go into the container (they may carry the claim's
-    addresses while on the host); unset in records of older drivers.
-    """
-
-    interfaces: tuple[str, ...]
-    alias: str
-    container: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """The payload as stored in the allocation record."""
-        out: dict[str, Any] = {"interfaces": list(self.interfaces), "alias": self.alias}
-        if self.container:
-            out["container"] = list(self.container)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CreatedLinks:
-        """Read a stored payload (unknown keys ignored)."""
-        return cls(
-            tuple(data.get("interfaces") or ()),
-            str(data.get("alias") or ""),
-            tuple(data.get("container") or ()),
-        )
+# 0.1 kept the link helpers here; they moved to dradriver.kit.links (removed in 0.3).
+_MOVED_TO_LINKS = frozenset(
+    {
+        "CreatedLinks", "host_name", "tag", "clear_leftover", "configure", "on_host",
+        "pod_interface", "create", "net_devices_edit", "delete_own",
+    }
+)  # fmt: skip
 
 
-def host_name(req: DeviceRequest, role: str = "c") -> str:
-    """The host-side name of this device's interface (see naming.host_ifname)."""
-    return naming.host_ifname(req.claim.uid, req.key, role)
-
-
-def tag(req: DeviceRequest) -> str:
-    """The ifalias tag naming this device's claim and the driver instance that owns it."""
-    return naming.ifalias(req.context.owner, req.claim.uid, req.key)
-
-
-def clear_leftover(name: str, alias: str) -> None:
-    """Delete a link with our deterministic `name` left by an earlier attempt of this device.
-
-    A link of that name with another owner's tag is never touched: that is an error.
-    """
-    link = netlink.find(name)
-    if link is None:
-        return
-    if link.alias not in (None, "", alias):
-        raise DeviceError(f"interface {name} exists and belongs to someone else ({link.alias})")
-    netlink.delete(name)
-
-
-def configure(
-    link: netlink.Link, cfg: NetConfig, alias: str | None, addresses: bool = True
-) -> str | None:
-    """Tag, set MTU/MAC and (unless not `addresses`: NRI mode) add addresses on a down
-    host-side link; return its MAC."""
-    attrs: dict[str, Any] = {}
-    if alias is not None:
-        attrs["ifalias"] = alias
-    if cfg.mtu is not None:
-        attrs["mtu"] = cfg.mtu
-    if cfg.mac is not None:
-        attrs["address"] = cfg.mac
-    if attrs:
-        netlink.set_link(link, f"configure {link.name} ({', '.join(sorted(attrs))})", **attrs)
-    for ip in cfg.ips if addresses else ():
-        netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, link.name)
-    return cfg.mac or link.address
-
-
-def on_host(req: DeviceRequest) -> bool:
-    """Whether a claim's addresses go on the host side (CDI mode) or only into the pod."""
-    return req.injection != NRI
-
-
-def pod_interface(
-    host: str, cfg: NetConfig, addresses: Sequence[str] | None = None, returns: bool = False
-) -> PodInterface:
-    """What the NRI mode moves and applies in the pod for one interface (`addresses`:
-    all it should hold there, default the config's; `returns`: a physical interface)."""
-    ips = tuple(addresses) if addresses is not None else tuple(str(ip) for ip in cfg.ips)
-    return PodInterface(
-        host, cfg.interface_name, ips, cfg.routes, cfg.pod_sysctls(), returns=returns
+def __getattr__(name: str) -> Any:
+    """A link helper of 0.1 at its new place, with a DeprecationWarning."""
+    if name not in _MOVED_TO_LINKS:
+        raise AttributeError(f"module {__name__} has no attribute {name}")
+    warnings.warn(
+        f"dradriver.kit.netconfig.{name} moved to dradriver.kit.links.{name}",
+        DeprecationWarning,
+        stacklevel=2,
     )
-
-
-def create(
-    req: DeviceRequest, name: str, kind: str, peer: str | None = None, **attrs: Any
-) -> netlink.Link:
-    """Create a down link of `kind` called `name` (and its veth `peer`).
-
-    On a name clash, our own leftover of the same device (an earlier attempt whose
-    record was lost) is deleted and the creation retried; anyone else's link stays.
-    """
-    if peer is not None:
-        attrs["peer"] = peer
-    try:
-        netlink.create(name, kind, kind, **attrs)
-    except netlink.NetlinkError as exc:
-        if exc.errno != errno.EEXIST:
-            raise
-        for leftover in (name, peer):
-            if leftover is not None:
-                clear_leftover(leftover, tag(req))
-        netlink.create(name, kind, kind, **attrs)
-    return netlink.require(name, kind)
-
-
-def net_devices_edit(host: str, container: str) -> dict[str, Any]:
-    """The CDI edit that makes the runtime move `host` into the container as `container`."""
-    return {"netDevices": [{"hostInterfaceName": host, "name": container}]}
-
-
-def delete_own(links: CreatedLinks) -> None:
-    """Delete the links we created, if still present and still ours.
-
-    In an unprepare whose container links have left the host (the pod took them), the
-    links left on the host (a veth's host end) are deleted a moment after the answer
-    (dradriver.linkreaper); a container link still on the host (the pod never started)
-    may hold the claim's addresses, so then everything is deleted at once.
-    """
-    if links.container and all(netlink.find(name) is None for name in links.container):
-        staying = [name for name in links.interfaces if name not in links.container]
-        if not staying or linkreaper.defer(staying, links.alias):
-            return
-    for name in links.interfaces:
-        link = netlink.find(name)
-        if link is not None and link.alias in (links.alias, None, ""):
-            netlink.delete(name)
+    # Looked up by name: links imports this module, and the shim goes in 0.3.
+    return getattr(importlib.import_module("dradriver.kit.links"), name)

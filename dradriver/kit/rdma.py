@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dradriver import netlink
-from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import NEEDS_NRI, NRI, DeviceRequest, HandlerContext
+from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.contract.hookspecs import NEEDS_NRI, NRI, DeviceRequest, HandlerContext
+from dradriver.kernel import netlink
 from dradriver.kit import hostif, sysfs
 
 ENV_DEVICE = "DRA_RDMA_DEVICE"

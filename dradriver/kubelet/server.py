@@ -18,9 +18,11 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from dradriver import phases
-from dradriver.calls import DEFAULT_CALL_BUDGET, call_budget
-from dradriver.hookspecs import ClaimRef, Device
+from dradriver.base import timing
+from dradriver.base.log import event
+from dradriver.claims.budget import DEFAULT_CALL_BUDGET, call_budget
+from dradriver.claims.prepare import Outcome, Preparer
+from dradriver.contract.hookspecs import ClaimRef, Device
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -32,8 +34,6 @@ from dradriver.kubelet.proto import (
     registration_pb2_grpc,
 )
 from dradriver.kubelet.sockets import SocketPaths, remove_stale_socket
-from dradriver.log import event
-from dradriver.prepare import Outcome, Preparer
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class _DRAService:
         resp = self._pb2.NodePrepareResourcesResponse()
         if not refs:  # liveness checks call with no claims: answer without the lock
             return resp
-        with phases.timed_call() as clock:
+        with timing.timed_call() as clock:
             budget = call_budget(context.time_remaining(), self._cap)
             outcomes = self._preparer.prepare(refs, budget)
             for uid, outcome in outcomes.items():
@@ -77,7 +77,7 @@ class _DRAService:
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
         resp = self._pb2.NodeUnprepareResourcesResponse()
-        with phases.timed_call() as clock:
+        with timing.timed_call() as clock:
             budget = call_budget(context.time_remaining(), self._cap)
             outcomes = self._preparer.unprepare(refs, budget)
             for uid, outcome in outcomes.items():
@@ -85,7 +85,7 @@ class _DRAService:
         self._observe("NodeUnprepareResources", clock)
         return resp
 
-    def _observe(self, method: str, clock: phases.PhaseClock) -> None:
+    def _observe(self, method: str, clock: timing.PhaseClock) -> None:
         metrics = self._preparer.metrics
         if metrics is not None:
             metrics.observe_call(method, clock)

@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-
-from dradriver.settings import Settings
+from typing import Protocol
 
 _MAX_SOCKET_PATH = 105  # sun_path holds 107 bytes, but gRPC refuses paths over 105
 
@@ -27,7 +26,20 @@ class SocketPaths:
     lock: Path
 
 
-def socket_paths(settings: Settings) -> SocketPaths:
+class Placement(Protocol):
+    """The settings that place the sockets (the daemon's Settings has them)."""
+
+    @property
+    def driver_name(self) -> str: ...
+    @property
+    def pod_uid(self) -> str | None: ...
+    @property
+    def kubelet_registry_dir(self) -> Path: ...
+    @property
+    def plugin_dir(self) -> Path: ...
+
+
+def socket_paths(settings: Placement) -> SocketPaths:
     """Paths for this instance: per-pod-UID names when rolling updates are enabled."""
     driver, uid = settings.driver_name, settings.pod_uid
     reg_name = f"{driver}-{uid}-reg.sock" if uid else f"{driver}-reg.sock"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dradriver.log import event
+from dradriver.base.log import event
 from dradriver.nri.mux import (
     PLUGIN_SERVICE_CONN,
     RUNTIME_SERVICE_CONN,

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from dradriver.log import event
+from dradriver.base.log import event
 from dradriver.nri.connection import Connection, connect
 from dradriver.nri.dispatch import HandlerRunner
 from dradriver.nri.pods import SandboxHandler

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dradriver.log import event
+from dradriver.base.log import event
 from dradriver.nri.ttrpc import (
     MSG_DATA,
     MSG_REQUEST,

@@ -19,7 +19,7 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 
-from dradriver.log import event
+from dradriver.base.log import event
 from dradriver.nri.dispatch import HandlerRunner
 from dradriver.nri.pods import PodSandbox, SandboxHandler
 from dradriver.nri.proto import api_pb2

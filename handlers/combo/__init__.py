@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dradriver.hookspecs import Default, Handler, hookimpl
+from dradriver.contract.hookspecs import Default, Handler, hookimpl
 
 from .roce import KIND, RoceHandler
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import DeviceRequest, Prepared, Validated
-from dradriver.kit import hostif, netconfig, rdma
+from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.contract.hookspecs import DeviceRequest, Prepared, Validated
+from dradriver.kit import hostif, links, netconfig, rdma
 
 KIND = "roce"
 
@@ -90,14 +90,14 @@ class RoceHandler:
             ifname,
             cfg,
             wrap=lambda c: RoceUndo(c).to_json(),
-            on_host=netconfig.on_host(req),
+            on_host=links.on_host(req),
         )
-        edits = {**rdma_edits, **netconfig.net_devices_edit(ifname, cfg.interface_name)}
+        edits = {**rdma_edits, **links.net_devices_edit(ifname, cfg.interface_name)}
         return Prepared(
             edits=edits,
             undo=RoceUndo(claimed).to_json(),
             network_data=network_data,
-            pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
+            pod_interfaces=(links.pod_interface(ifname, cfg, network_data.ips, returns=True),),
             pod_rdma=(dev.name,) if exclusive else (),
         )
 

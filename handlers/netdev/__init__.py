@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from dradriver.hookspecs import UNKNOWN_DEVICE, Default, Device, Handler, HandlerContext, hookimpl
+from dradriver.contract.hookspecs import (
+    UNKNOWN_DEVICE,
+    Default,
+    Device,
+    Handler,
+    HandlerContext,
+    hookimpl,
+)
 
 from . import hostdevice, sriov, virtual
 from .dummy import DummyHandler

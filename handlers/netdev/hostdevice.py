@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dradriver import naming
-from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
-from dradriver.kit import hostif, netconfig, sysfs
+from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.contract import naming
+from dradriver.contract.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
+from dradriver.kit import hostif, links, netconfig, sysfs
 
 KIND = "host-device"
 
@@ -96,12 +96,12 @@ class HostDeviceHandler:
         """Journal the interface's state, set it down, apply MTU/MAC/addresses."""
         ifname = self._ifname(req)
         cfg = netconfig.NetConfig.parse(req.config)
-        undo, network_data = hostif.claim(req.journal, ifname, cfg, on_host=netconfig.on_host(req))
+        undo, network_data = hostif.claim(req.journal, ifname, cfg, on_host=links.on_host(req))
         return Prepared(
-            edits=netconfig.net_devices_edit(ifname, cfg.interface_name),
+            edits=links.net_devices_edit(ifname, cfg.interface_name),
             undo=undo.to_json(),
             network_data=network_data,
-            pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
+            pod_interfaces=(links.pod_interface(ifname, cfg, network_data.ips, returns=True),),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:

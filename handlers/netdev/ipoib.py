@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dradriver import netlink
-from dradriver.errors import ConfigError
-from dradriver.hookspecs import DeviceRequest
+from dradriver.base.errors import ConfigError
+from dradriver.contract.hookspecs import DeviceRequest
+from dradriver.kernel import netlink
 from dradriver.kit import netconfig
 
 from .virtual import VirtualLinkHandler, require_allowed_parent

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dradriver import naming, netlink
-from dradriver.errors import ConfigError, DeviceError
-from dradriver.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
-from dradriver.kit import hostif, netconfig, sysfs
+from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.contract import naming
+from dradriver.contract.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
+from dradriver.kernel import netlink
+from dradriver.kit import hostif, links, netconfig, sysfs
 
 KIND = "sriov-vf"
 _UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
@@ -190,13 +191,13 @@ class SriovVfHandler:
                 ifname,
                 netdev_cfg,
                 wrap=lambda c: SriovUndo(vf_undo, c).to_json(),
-                on_host=netconfig.on_host(req),
+                on_host=links.on_host(req),
             )
-        inside = netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True)
+        inside = links.pod_interface(ifname, cfg, network_data.ips, returns=True)
         if cfg.mac:
             network_data = cfg.network_data(cfg.mac)
         return Prepared(
-            edits=netconfig.net_devices_edit(ifname, cfg.interface_name),
+            edits=links.net_devices_edit(ifname, cfg.interface_name),
             undo=SriovUndo(vf_undo, claimed).to_json(),
             network_data=network_data,
             pod_interfaces=(inside,),

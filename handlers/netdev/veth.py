@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dradriver import netlink
-from dradriver.errors import ConfigError
-from dradriver.hookspecs import DeviceRequest, Prepared
-from dradriver.kit import netconfig
+from dradriver.base.errors import ConfigError
+from dradriver.contract.hookspecs import DeviceRequest, Prepared
+from dradriver.kernel import netlink
+from dradriver.kit import links, netconfig
 
 from .virtual import VirtualLinkHandler, require_allowed_parent
 
@@ -35,26 +35,26 @@ class VethHandler(VirtualLinkHandler):
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Create the pair, tag both ends, configure the container end, attach the host end."""
         cfg = netconfig.NetConfig.parse(req.config)
-        inner, outer = netconfig.host_name(req, "c"), netconfig.host_name(req, "h")
-        alias = netconfig.tag(req)
-        created = netconfig.CreatedLinks((outer,), alias, (inner,))  # one end takes both
+        inner, outer = links.host_name(req, "c"), links.host_name(req, "h")
+        alias = links.tag(req)
+        created = links.CreatedLinks((outer,), alias, (inner,))  # one end takes both
         req.journal(created.to_json())  # the names are known before the pair exists
         with netlink.rollback() as undo:
-            link = netconfig.create(req, inner, "veth", peer=outer)
+            link = links.create(req, inner, "veth", peer=outer)
             undo.append(lambda: netlink.delete(outer))
             host_end = netlink.require(outer, "veth host end")
             netlink.set_link(host_end, f"tag {outer}", ifalias=alias)
-            mac = netconfig.configure(link, cfg, alias, addresses=netconfig.on_host(req))
+            mac = links.configure(link, cfg, alias, addresses=links.on_host(req))
             if "bridge" in req.config:
                 bridge = require_allowed_parent(req, req.config["bridge"], "bridge")
                 netlink.set_link(
                     host_end, f"attach {outer} to {bridge.name}", master=bridge.index, state="up"
                 )
         return Prepared(
-            edits=netconfig.net_devices_edit(inner, cfg.interface_name),
+            edits=links.net_devices_edit(inner, cfg.interface_name),
             undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(inner, outer),
             host_interfaces=(outer,),
-            pod_interfaces=(netconfig.pod_interface(inner, cfg),),
+            pod_interfaces=(links.pod_interface(inner, cfg),),
         )

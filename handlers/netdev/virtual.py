@@ -10,10 +10,17 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
-from dradriver import netlink
-from dradriver.errors import ConfigError
-from dradriver.hookspecs import Capacity, Device, DeviceRequest, HandlerContext, Prepared, Validated
-from dradriver.kit import netconfig
+from dradriver.base.errors import ConfigError
+from dradriver.contract.hookspecs import (
+    Capacity,
+    Device,
+    DeviceRequest,
+    HandlerContext,
+    Prepared,
+    Validated,
+)
+from dradriver.kernel import netlink
+from dradriver.kit import links, netconfig
 
 VIRTUAL_DEVICE = "netdev-virtual"
 VIRTUAL_KIND = "virtual"  # the `kind` attribute of the virtual device
@@ -90,24 +97,24 @@ class VirtualLinkHandler:
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Create, tag and configure the link; delete it again if any step fails."""
         cfg = netconfig.NetConfig.parse(req.config)
-        name, alias = netconfig.host_name(req), netconfig.tag(req)
-        created = netconfig.CreatedLinks((name,), alias, (name,))
+        name, alias = links.host_name(req), links.tag(req)
+        created = links.CreatedLinks((name,), alias, (name,))
         req.journal(created.to_json())  # the name is known before the link exists
         with netlink.rollback() as undo:
-            link = netconfig.create(req, name, req.kind, **self.link_attrs(req))
+            link = links.create(req, name, req.kind, **self.link_attrs(req))
             undo.append(lambda: netlink.delete(name))
-            mac = netconfig.configure(link, cfg, alias, addresses=netconfig.on_host(req))
+            mac = links.configure(link, cfg, alias, addresses=links.on_host(req))
         return Prepared(
-            edits=netconfig.net_devices_edit(name, cfg.interface_name),
+            edits=links.net_devices_edit(name, cfg.interface_name),
             undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(name,),
-            pod_interfaces=(netconfig.pod_interface(name, cfg),),
+            pod_interfaces=(links.pod_interface(name, cfg),),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Delete the link if it is still on the host (it dies with the pod's namespace)."""
-        netconfig.delete_own(netconfig.CreatedLinks.from_json(undo))
+        links.delete_own(links.CreatedLinks.from_json(undo))
 
 
 class ParentedLinkHandler(VirtualLinkHandler):

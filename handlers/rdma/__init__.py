@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dradriver.hookspecs import Default, Device, Handler, HandlerContext, hookimpl
+from dradriver.contract.hookspecs import Default, Device, Handler, HandlerContext, hookimpl
 
 from .uverbs import KIND, UverbsHandler, discover
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dradriver import naming
-from dradriver.hookspecs import (
+from dradriver.contract import naming
+from dradriver.contract.hookspecs import (
     AttrValue,
     Device,
     DeviceRequest,

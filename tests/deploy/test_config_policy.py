@@ -28,14 +28,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dradriver import admission, netlink
+from dradriver import admission
 from dradriver.admission.schema import types_of
-from dradriver.claims import deep_merge
-from dradriver.config import ConfigSchema
-from dradriver.errors import ConfigError
-from dradriver.hookspecs import Device
-from dradriver.netlink import Route
-from dradriver.registry import HandlerRegistry
+from dradriver.base.errors import ConfigError
+from dradriver.claims.resolution import deep_merge
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import Device
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel import netlink
+from dradriver.kernel.netlink import Route
 from tests.deploy.support import (
     DEPLOY,
     DRIVER,

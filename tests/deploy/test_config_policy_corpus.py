@@ -2,7 +2,7 @@
 its cost, with Kubernetes' own admission code (tests/deploy/k8scheck).
 
 * Every field of every kind with boundary and wrong values (and 70 spellings of CIDRs,
-  every special range of dradriver.iprules among them): the policy refuses exactly what
+  every special range of dradriver.contract.iprules among them): the policy refuses exactly what
   the driver refuses and names only fields the driver names.
 * The network, broadcast (subnet-router) and last host address of a prefix of every
   length, IPv4 and IPv6: the same verdicts.
@@ -16,8 +16,8 @@ import re
 from typing import Any
 
 from dradriver.admission.schema import types_of
-from dradriver.config import ConfigSchema
-from dradriver.registry import HandlerRegistry
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.registry import HandlerRegistry
 from tests.deploy.support import (
     DEPLOY,
     DRIVER,
@@ -101,7 +101,7 @@ CIDRS = [
     "abc",
     "10.0.0.2/\u0662\u0664",
     "\u0661\u0660.0.0.2/24",
-    # dradriver.iprules, rule 1: special ranges, a prefix's own network, broadcast and
+    # dradriver.contract.iprules, rule 1: special ranges, a prefix's own network, broadcast and
     # subnet-router addresses, /0
     "0.0.0.5/8",
     "127.0.0.1/8",

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from dradriver import admission
-from dradriver.config import ConfigSchema
+from dradriver.contract.config import ConfigSchema
 from tests.deploy.support import (
     DRIVER,
     admission_request,

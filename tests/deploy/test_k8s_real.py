@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from dradriver import slices
-from dradriver.hookspecs import Device
+from dradriver.apiserver import slices
+from dradriver.contract.hookspecs import Device
 from tests.deploy import cel, test_cel
 from tests.deploy.support import DEPLOY, DRIVER, device_classes, discover, run_k8scheck, selectors
 from tests.deploy.test_selectors import constructed_devices, fabricated_sysfs

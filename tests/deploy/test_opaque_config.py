@@ -2,7 +2,7 @@
 
 Checked: each DeviceClass config, each claim template config, and for each example
 request what the driver really gets: class config first, claim config merged over it
-(dradriver.claims.deep_merge, the daemon's own merge).
+(dradriver.claims.resolution.deep_merge, the daemon's own merge).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dradriver.claims import deep_merge
+from dradriver.claims.resolution import deep_merge
 from tests.deploy.support import (
     DRIVER,
     device_classes,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from dradriver.handlers.netdev import virtual
 
-from dradriver import slices
-from dradriver.hookspecs import Device
+from dradriver.apiserver import slices
+from dradriver.contract.hookspecs import Device
 from tests.deploy import cel
 from tests.deploy.support import (
     CLASS_FILE,

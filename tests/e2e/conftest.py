@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.support import netns
 from tests.support.driverproc import DriverProcess
 from tests.support.runtime import links_in

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.support.cdischema import problems
 from tests.support.driverproc import DRIVER, DriverProcess
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.support import kernel, netns
 from tests.support.driverproc import DRIVER, DriverProcess
 from tests.support.runtime import move_like_runc, seen_in

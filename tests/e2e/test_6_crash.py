@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyroute2 import IPRoute
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.support import netns
 from tests.support.driverproc import DriverProcess
 from tests.support.runtime import move_like_runc, seen_in

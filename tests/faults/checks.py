@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dradriver import cdi, naming
+from dradriver.contract import naming
+from dradriver.state import cdi
 from tests.support.runtime import links_in
 
 DRIVER = "dra.example.com"

@@ -23,14 +23,14 @@ from typing import Any
 
 from hypothesis import given
 
-from dradriver import netlink
-from dradriver.config import ConfigSchema
-from dradriver.hookspecs import ClaimRef
-from dradriver.inventory import Inventory
-from dradriver.netlink import Route
-from dradriver.prepare import Preparer
-from dradriver.recordstore import RecordStore
-from dradriver.registry import HandlerRegistry
+from dradriver.apiserver.inventory import Inventory
+from dradriver.claims.prepare import Preparer
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel import netlink
+from dradriver.kernel.netlink import Route
+from dradriver.state.recordstore import RecordStore
 from tests.faults.fuzzing import (
     GATEWAYS,
     JSON_PATH,

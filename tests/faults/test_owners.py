@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.faults.checks import answer_of, expected_answer
 from tests.integration.helpers import nothing_left, veth_claim
 from tests.support import netns

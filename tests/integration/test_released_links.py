@@ -1,5 +1,5 @@
 """A veth whose container end the pod took: its host end is deleted after unprepare has
-answered (dradriver.linkreaper), by the daemon's reaper, at shutdown, or at the next start
+answered (dradriver.kernel.linkreaper), by the daemon's reaper, at shutdown, or at the next start
 after a crash. Real daemon, real sockets, real kernel objects."""
 
 from collections.abc import Iterator

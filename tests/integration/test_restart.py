@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.integration.helpers import DOC_RANGES, answer, nothing_left, veth_claim
 from tests.support import netns
 from tests.support.runtime import links_in

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dradriver.rtnl.client import RtnlKernel
+from dradriver.kernel.rtnl.client import RtnlKernel
 from tests.support import ipjson, netns
 
 

@@ -3,7 +3,7 @@ soft-RoCE is Ethernet), so that test skips with the reason wherever no IB port e
 
 import pytest
 
-from dradriver.errors import DriverError
+from dradriver.base.errors import DriverError
 from tests.support import kernel, netns
 from tests.support.handlers import context, net_device, prepare
 from tests.support.runtime import links_in

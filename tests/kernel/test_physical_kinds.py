@@ -9,8 +9,8 @@ a veth would die instead, so the tests move it back the way the kernel would.
 import pytest
 from dradriver.handlers.netdev import hostdevice, sriov
 
-from dradriver.errors import DriverError
-from dradriver.hookspecs import Device
+from dradriver.base.errors import DriverError
+from dradriver.contract.hookspecs import Device
 from tests.support import netns
 from tests.support.fakesys import FakeSys
 from tests.support.handlers import context, net_device, prepare

@@ -11,8 +11,8 @@ import pytest
 from dradriver.handlers.netdev import hostdevice
 from dradriver.handlers.rdma import uverbs as devices
 
-from dradriver import naming
-from dradriver.errors import DriverError
+from dradriver.base.errors import DriverError
+from dradriver.contract import naming
 from tests.support import netns
 from tests.support.fakesys import FakeSys
 from tests.support.handlers import context, net_device, prepare

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from dradriver import netlink
-from dradriver.rtnl import links, wire
-from dradriver.rtnl.client import Reply, RtnlKernel
+from dradriver.kernel import netlink
+from dradriver.kernel.rtnl import links, wire
+from dradriver.kernel.rtnl.client import Reply, RtnlKernel
 from tests.kernel.conftest import index as _index
 from tests.support import ipjson, netns
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dradriver import netlink, rdmanl
-from dradriver.errors import DeviceError
+from dradriver.base.errors import DeviceError
+from dradriver.kernel import netlink, rdmanl
 from tests.kernel.conftest import index as _index
 from tests.support import ipjson, netns
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from dradriver import naming
-from dradriver.errors import DriverError
-from dradriver.hookspecs import Device, DeviceRequest
+from dradriver.base.errors import DriverError
+from dradriver.contract import naming
+from dradriver.contract.hookspecs import Device, DeviceRequest
 from tests.support import netns
 from tests.support.handlers import context, net_device, prepare, request
 from tests.support.runtime import links_in, move_like_runc, seen_in

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dradriver import naming
+from dradriver.contract import naming
 from tests.support.driverproc import DRIVER
 from tests.support.runtime import links_in
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from dradriver import naming
+from dradriver.contract import naming
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,

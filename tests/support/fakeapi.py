@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from dradriver.kubeapi import ApiError
+from dradriver.apiserver.kubeapi import ApiError
 from tests.support import netns
 
 RES = "/apis/resource.k8s.io/v1"

@@ -1,4 +1,4 @@
-"""An in-memory kernel behind dradriver.netlink, for testing the state machine without root.
+"""An in-memory kernel behind dradriver.kernel.netlink, for testing the state machine without root.
 
 It keeps what the driver looks at (links with name, kind, alias, MTU and its limits,
 MAC, state, addresses; veth peers; VF settings; routes, with the local routes the real
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dradriver.netlink import Link, NetlinkError, Route, VfSettings
+from dradriver.kernel.netlink import Link, NetlinkError, Route, VfSettings
 
 _LOCAL_TABLE, _MAIN_TABLE = 255, 254
 KNOWN_CONF_KEYS = {"rp_filter", "forwarding", "accept_ra", "disable_ipv6", "arp_ignore", "mtu"}
@@ -152,7 +152,7 @@ def restore(dirs: tuple[Path, ...], files: Mapping[Path, bytes]) -> None:
 
 
 class FakeKernel:
-    """dradriver.netlink's Kernel protocol, in memory."""
+    """dradriver.kernel.netlink's Kernel protocol, in memory."""
 
     def __init__(self, steps: Steps | None = None) -> None:
         self.table: dict[str, FakeLink] = {}

@@ -9,9 +9,9 @@ from typing import Any
 
 from dradriver.handlers.netdev.virtual import VIRTUAL_DEVICE, VIRTUAL_KIND
 
-from dradriver import naming
-from dradriver.config import ConfigSchema
-from dradriver.hookspecs import (
+from dradriver.contract import naming
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import (
     ClaimRef,
     Device,
     DeviceRequest,
@@ -20,7 +20,7 @@ from dradriver.hookspecs import (
     Prepared,
     Validated,
 )
-from dradriver.registry import HandlerRegistry
+from dradriver.contract.registry import HandlerRegistry
 
 REGISTRY = HandlerRegistry()
 SCHEMA = ConfigSchema(REGISTRY, "dra.example.com")

@@ -1,4 +1,4 @@
-"""What iproute2 (`ip -j`) sees in a namespace, in dradriver.netlink's terms.
+"""What iproute2 (`ip -j`) sees in a namespace, in dradriver.kernel.netlink's terms.
 
 The independent view the rtnetlink backend's answers are checked against: iproute2
 parses the kernel's messages with its own code, so agreement means our parser reads
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dradriver.netlink import Link, Route
+from dradriver.kernel.netlink import Link, Route
 from tests.support import netns
 
 # ip's names (ll_type_n2a, rtnl_rtscope_n2a, rtnl_rttable_n2a) -> the kernel's numbers.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dradriver import netlink
+from dradriver.kernel import netlink
 from tests.support.hosttools import run
 
 CLONE_NEWNET = 0x40000000

@@ -12,15 +12,17 @@ from typing import Any
 
 import pytest
 
-from dradriver import atomicfile, cdi, gc, netlink, recordstore
-from dradriver.config import ConfigSchema
-from dradriver.hookspecs import ClaimRef
-from dradriver.inventory import Inventory
-from dradriver.kubeapi import ApiError
-from dradriver.netlink import Route
-from dradriver.prepare import Outcome, Preparer
-from dradriver.recordstore import RecordStore
-from dradriver.registry import HandlerRegistry
+from dradriver.apiserver.inventory import Inventory
+from dradriver.apiserver.kubeapi import ApiError
+from dradriver.claims import reconcile
+from dradriver.claims.prepare import Outcome, Preparer
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel import netlink
+from dradriver.kernel.netlink import Route
+from dradriver.state import atomicfile, cdi, recordstore
+from dradriver.state.recordstore import RecordStore
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
 from tests.support.fakekernel import FakeKernel, Steps
 from tests.support.fakesys import FakeSys
@@ -94,7 +96,7 @@ class Node:
         preparer = self.preparer()
         loaded, corrupt = preparer.records.load_all()
         assert corrupt == []
-        gc.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
+        reconcile.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
         return preparer
 
     def files(self) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dradriver.hookspecs import hookimpl
-from dradriver.registry import HandlerRegistry
+from dradriver.contract.hookspecs import hookimpl
+from dradriver.contract.registry import HandlerRegistry
 
 
 class FpgaHandler:

@@ -1,4 +1,4 @@
-"""Which addresses a claim may take: the pure rules (dradriver.iprules) and the checks
+"""Which addresses a claim may take: the pure rules (dradriver.contract.iprules) and the checks
 against a node (dradriver.kit.hostaddr) on an in-memory kernel holding the node's
 addresses and routes, without root."""
 
@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from dradriver import iprules, netlink
-from dradriver.errors import ConfigError
+from dradriver.base.errors import ConfigError
+from dradriver.contract import iprules
+from dradriver.kernel import netlink
+from dradriver.kernel.netlink import Route
 from dradriver.kit import hostaddr
-from dradriver.netlink import Route
 from tests.support.fakekernel import FakeKernel
 from tests.support.handlers import context, prepare, request
 

@@ -9,11 +9,12 @@ import re
 import pytest
 import yaml
 
-from dradriver import admission, patterns
+from dradriver import admission
 from dradriver.admission.schema import types_of
-from dradriver.config import ConfigSchema
-from dradriver.hookspecs import hookimpl
-from dradriver.registry import HandlerRegistry
+from dradriver.contract import patterns
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import hookimpl
+from dradriver.contract.registry import HandlerRegistry
 
 DRIVER = "dra.example.com"
 

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from dradriver import cdi, naming
+from dradriver.contract import naming
+from dradriver.state import cdi
 from tests.support.cdischema import problems
 
 UID = "3f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"

@@ -6,11 +6,11 @@ import datetime
 import pytest
 from jsonschema import Draft202012Validator
 
-from dradriver import patterns
-from dradriver.config import ConfigSchema
-from dradriver.errors import ConfigError
-from dradriver.hookspecs import Device
-from dradriver.registry import HandlerRegistry
+from dradriver.base.errors import ConfigError
+from dradriver.contract import patterns
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import Device
+from dradriver.contract.registry import HandlerRegistry
 from tests.support.handlers import request, virtual_device
 
 # Invalid configs, shared with the admission-policy tests (tests/support/configcases.py).

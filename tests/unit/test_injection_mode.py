@@ -14,14 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from dradriver import daemon, injection, netlink, placing, settings
-from dradriver.errors import ConfigError, DriverError
-from dradriver.hookspecs import CDI, NRI, ClaimRef, PodInterface, PodRoute, PodSysctl, Prepared
+from dradriver import daemon, settings
+from dradriver.base.errors import ConfigError, DriverError
+from dradriver.contract.hookspecs import (
+    CDI,
+    NRI,
+    ClaimRef,
+    PodInterface,
+    PodRoute,
+    PodSysctl,
+    Prepared,
+)
+from dradriver.kernel import netlink
 from dradriver.kit import rdma
-from dradriver.moves import IN, Move, moves_of, placement
 from dradriver.nri import NriPlugin
-from dradriver.records import FORMAT, PREPARED, ClaimRecord
-from dradriver.recordstore import RecordStore
+from dradriver.nrimode import placing
+from dradriver.state import injection
+from dradriver.state.moves import IN, Move, moves_of, placement
+from dradriver.state.records import FORMAT, PREPARED, ClaimRecord
+from dradriver.state.recordstore import RecordStore
 from tests.support.fakekernel import FakeKernel
 from tests.support.handlers import request
 from tests.support.nriruntime import fake_runtime

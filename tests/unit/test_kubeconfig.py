@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dradriver import kubeconfig
-from dradriver.kubeapi import ApiError, KubeApi
-from dradriver.kubeconfig import KubeconfigError
+from dradriver.apiserver import kubeconfig
+from dradriver.apiserver.kubeapi import ApiError, KubeApi
+from dradriver.apiserver.kubeconfig import KubeconfigError
 from tests.e2e.certs import CertificateAuthority
 
 

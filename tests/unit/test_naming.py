@@ -1,7 +1,7 @@
 import re
 import uuid
 
-from dradriver import naming
+from dradriver.contract import naming
 
 UID = "3f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
 CDI_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.errors import DeviceError
+from dradriver.base.errors import DeviceError
 from dradriver.nri import NriPlugin, PodSandbox
 from dradriver.nri.plugin import Backoff
 from dradriver.nri.proto import api_pb2

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.config import ConfigSchema
-from dradriver.errors import RegistryError
-from dradriver.hookspecs import Default, Device, Prepared, Validated, hookimpl
-from dradriver.inventory import Inventory
-from dradriver.registry import HandlerRegistry
+from dradriver.apiserver.inventory import Inventory
+from dradriver.base.errors import RegistryError
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import Default, Device, Prepared, Validated, hookimpl
+from dradriver.contract.registry import HandlerRegistry
 from tests.support.handlers import context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_each_builtin_family_loads_alone_without_the_others(family):
     """A family imports only the core and its own modules, so it can be removed alone."""
     code = (
         "import importlib, json, sys\n"
-        "from dradriver.registry import HandlerRegistry\n"
+        "from dradriver.contract.registry import HandlerRegistry\n"
         f"plugin = importlib.import_module('dradriver.handlers.{family}')\n"
         f"table = HandlerRegistry({{'{family}': plugin}}, entry_points=False).table()\n"
         "families = sorted({m.split('.')[2] for m in sys.modules\n"
@@ -114,7 +114,7 @@ def test_each_builtin_family_loads_alone_without_the_others(family):
 # -- installed as an operator or a packager would: entry points of real distributions ------
 
 WIDGET_MODULE = """
-from dradriver.hookspecs import Device, Prepared, Validated, hookimpl
+from dradriver.contract.hookspecs import Device, Prepared, Validated, hookimpl
 
 
 class WidgetHandler:
@@ -146,14 +146,14 @@ def dradriver_discover(context):
 
 TABLE = (
     "import json, sys\n"
-    "from dradriver.errors import RegistryError\n"
-    "from dradriver.registry import HandlerRegistry\n"
+    "from dradriver.base.errors import RegistryError\n"
+    "from dradriver.contract.registry import HandlerRegistry\n"
     "try:\n"
     "    reg = HandlerRegistry()\n"
     "except RegistryError as exc:\n"
     "    print(json.dumps({'error': str(exc)})); raise SystemExit\n"
     "from pathlib import Path\n"
-    "from dradriver.hookspecs import HandlerContext\n"
+    "from dradriver.contract.hookspecs import HandlerContext\n"
     "context = HandlerContext('dra.example.com', 'node-a', Path(sys.argv[1]))\n"
     "print(json.dumps({'plugins': sorted({p for _, _, p in reg.table()}),\n"
     "    'types': sorted(reg.kinds()), 'devices': [d.name for d in reg.discover(context)],\n"

@@ -1,4 +1,4 @@
-"""RDMA netlink messages (dradriver/rdmanl.py) against byte vectors derived by hand.
+"""RDMA netlink messages (dradriver/kernel/rdmanl.py) against byte vectors derived by hand.
 
 From include/uapi/rdma/rdma_netlink.h (checked with the C header on this machine):
 RDMA_NL_NLDEV = 5, RDMA_NL_GET_TYPE(client, op) = (client << 10) + op, so
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from dradriver import rdmanl
+from dradriver.kernel import rdmanl
 
 pytestmark = pytest.mark.skipif(sys.byteorder != "little", reason="vectors are little-endian")
 

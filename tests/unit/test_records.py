@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.hookspecs import ClaimRef
-from dradriver.records import (
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.records import (
     FORMAT,
     PREPARED,
     ClaimRecord,
@@ -13,7 +13,7 @@ from dradriver.records import (
     DeviceRecord,
     UnreadableRecord,
 )
-from dradriver.recordstore import RecordStore
+from dradriver.state.recordstore import RecordStore
 
 UID = "3f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"
 UID2 = "4f1b7c2e-9a4d-4e8b-8c1f-2d5e6a7b8c9d"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from dradriver.hookspecs import CDI, NRI
+from dradriver.contract.hookspecs import CDI, NRI
 from tests.support.statenode import (
     KINDS,
     UID,
@@ -42,7 +42,7 @@ RELEASES = {
 OLD_INSTANCE = """
 import json, sys
 from pathlib import Path
-from dradriver import records
+from dradriver import records  # the older release: its module layout
 store = records.RecordStore(Path(sys.argv[1]))
 loaded, problems = store.load_all()
 if sys.argv[2] == "rewrite":

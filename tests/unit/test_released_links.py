@@ -1,4 +1,4 @@
-"""Links of an unprepared claim deleted after the answer (dradriver.linkreaper), in-process
+"""Links of an unprepared claim deleted after the answer (dradriver.kernel.linkreaper), in-process
 against the in-memory kernel: what is deferred, what is not, and what the reaper must
 never delete."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dradriver import linkreaper
+from dradriver.kernel import linkreaper
 from tests.support.statenode import UID, Node, add_claim, claim_ref, prepare_one
 
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from dradriver.netlink import NetlinkError
-from dradriver.rtnl import client, wire
-from dradriver.rtnl.client import Connection, Reply
+from dradriver.kernel.netlink import NetlinkError
+from dradriver.kernel.rtnl import client, wire
+from dradriver.kernel.rtnl.client import Connection, Reply
 
 DUMP = (18, wire.NLM_F_REQUEST | wire.NLM_F_DUMP, b"\0" * 16)
 

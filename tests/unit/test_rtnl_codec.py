@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.netlink import Link, Route, VfSettings
-from dradriver.rtnl import addresses, links, routes, wire
+from dradriver.kernel.netlink import Link, Route, VfSettings
+from dradriver.kernel.rtnl import addresses, links, routes, wire
 
 REPLIES = json.loads((Path(__file__).parents[1] / "data" / "rtnl" / "replies.json").read_text())
 

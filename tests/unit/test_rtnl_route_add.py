@@ -1,4 +1,4 @@
-"""routes.add (dradriver/rtnl/routes.py), the NRI mode's route request, without root:
+"""routes.add (dradriver/kernel/rtnl/routes.py), the NRI mode's route request, without root:
 compared byte for byte with what pyroute2's encoder (a test dependency, written apart
 from ours) makes of the same rtmsg. tests/kernel/test_rtnl_netns.py adds them for real.
 """
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from dradriver.rtnl import routes, wire
+from dradriver.kernel.rtnl import routes, wire
 
 
 def _pyroute2_route(header, attrs) -> bytes:

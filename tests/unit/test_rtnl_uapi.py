@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.rtnl import addresses, links, routes, wire
+from dradriver.kernel.rtnl import addresses, links, routes, wire
 from tests.support import hosttools
 
 # C expression -> our value.

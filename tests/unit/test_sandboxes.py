@@ -1,4 +1,4 @@
-"""The NRI mode's pod sandbox events (dradriver/sandboxes.py) in-process, without root:
+"""The NRI mode's pod sandbox events (dradriver/nrimode/sandboxes.py) in-process, without root:
 the real handlers, records and CDI specs on disk, and the in-memory kernel, whose pod
 network namespaces are separate tables (tests/support/fakekernel.py).
 
@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from dradriver.errors import DriverError
-from dradriver.hookspecs import CDI, NRI, ClaimRef
-from dradriver.moves import IN, SPENT
+from dradriver.base.errors import DriverError
+from dradriver.claims.prepare import Preparer
+from dradriver.contract.hookspecs import CDI, NRI, ClaimRef
 from dradriver.nri import NriPlugin, PodSandbox
 from dradriver.nri.proto import api_pb2
-from dradriver.prepare import Preparer
-from dradriver.sandboxes import PodSandboxes
+from dradriver.nrimode.sandboxes import PodSandboxes
+from dradriver.state.moves import IN, SPENT
 from tests.support import nriruntime as stand_in
 from tests.support.fakekernel import Crash, FakeLink, restore
 from tests.support.statenode import POD, UID, Node, claim_object

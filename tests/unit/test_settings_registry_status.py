@@ -4,13 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from dradriver import settings, status
-from dradriver.errors import ConfigError, RegistryError
-from dradriver.hookspecs import ClaimRef, hookimpl
+from dradriver import settings
+from dradriver.apiserver import status
+from dradriver.base.errors import ConfigError, RegistryError
+from dradriver.contract.hookspecs import ClaimRef, hookimpl
+from dradriver.contract.registry import HandlerRegistry
 from dradriver.kubelet.sockets import socket_paths
-from dradriver.records import PREPARED, ClaimRecord, DeviceRecord
-from dradriver.registry import HandlerRegistry
 from dradriver.settings import Settings
+from dradriver.state.records import PREPARED, ClaimRecord, DeviceRecord
 
 
 def _parse(argv, env, monkeypatch, run=True):
@@ -145,8 +146,8 @@ def test_api_errors_from_non_json_bodies_are_api_errors():
     import http.server
     import threading
 
-    from dradriver.kubeapi import ApiError, KubeApi
-    from dradriver.kubeconfig import ApiConfig
+    from dradriver.apiserver.kubeapi import ApiError, KubeApi
+    from dradriver.apiserver.kubeconfig import ApiConfig
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -196,9 +197,9 @@ def test_claim_address_ranges_from_flag_or_environment_and_checked(monkeypatch):
 
 
 def test_claim_names_are_checked_and_escaped_before_any_request():
+    from dradriver.apiserver.kubeapi import ApiError, KubeApi, segment
+    from dradriver.apiserver.kubeconfig import ApiConfig
     from dradriver.daemon import context_of
-    from dradriver.kubeapi import ApiError, KubeApi, segment
-    from dradriver.kubeconfig import ApiConfig
 
     api = KubeApi(config=ApiConfig("http://127.0.0.1:9"))  # nothing listens: no request made
     for namespace, name in (("..", "c"), ("default", ".."), ("default", "a/b"), ("a/b", "c")):

@@ -1,7 +1,7 @@
 from dradriver.handlers.netdev import virtual
 
-from dradriver import slices
-from dradriver.hookspecs import Capacity, Device, Version
+from dradriver.apiserver import slices
+from dradriver.contract.hookspecs import Capacity, Device, Version
 from tests.support.handlers import context
 
 

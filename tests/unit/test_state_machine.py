@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from dradriver import gc
-from dradriver.hookspecs import ClaimRef
-from dradriver.prepare import Outcome
-from dradriver.records import PREPARED
+from dradriver.claims import reconcile
+from dradriver.claims.prepare import Outcome
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.records import PREPARED
 from tests.support.fakekernel import Crash, restore
 from tests.support.statenode import (
     DRIVER,
@@ -174,7 +174,7 @@ def test_a_reboot_is_repaired_at_start_from_the_record_alone(node, kind, referen
     restarted = node.preparer()
     restarted.lifecycle.boot_id = "boot-2"
     loaded, _ = restarted.records.load_all()
-    report = gc.reconcile(loaded, node.cdi_dir, DRIVER, restarted.lifecycle)
+    report = reconcile.reconcile(loaded, node.cdi_dir, DRIVER, restarted.lifecycle)
     assert report.reprepared_claims == [UID] and report.problems == []
     # The same names, configured the same way (a new veth or macvlan gets a new MAC from
     # the kernel unless the config sets one, as after any reboot).

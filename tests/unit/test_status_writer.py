@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from dradriver.hookspecs import ClaimRef
-from dradriver.kubeapi import ApiError
-from dradriver.metrics import Metrics
-from dradriver.records import PREPARED, ClaimRecord, DeviceRecord
-from dradriver.status import StatusWriter
+from dradriver.apiserver.kubeapi import ApiError
+from dradriver.apiserver.status import StatusWriter
+from dradriver.base.metrics import Metrics
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.records import PREPARED, ClaimRecord, DeviceRecord
 from tests.support.waiting import wait_for
 
 FAST = (0.01, 0.05)  # back-off: first and longest pause

@@ -1,0 +1,211 @@
+"""The Kubernetes API calls the driver makes, as raw JSON over one HTTP connection pool.
+
+Where the server is and how to authenticate come from `kubeconfig.py` (in-cluster or a
+kubeconfig file). Raw JSON keeps fields a typed client's models would drop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+from dradriver.apiserver import kubeconfig
+from dradriver.apiserver.kubeconfig import ApiConfig
+from dradriver.base.errors import DriverError
+from dradriver.contract import naming
+
+log = logging.getLogger(__name__)
+
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+_TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
+# Claim fetches of a batch run side by side (prepare.py), beside the publisher and the
+# status writer: enough connections that none is opened and thrown away per request.
+_POOL_SIZE = 12
+
+
+class ApiError(DriverError):
+    """The API server refused a request or could not be reached."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"API {status} {reason}: {message}" if status else message)
+        self.status = status
+        self.reason = reason
+
+
+class KubeApi:
+    """The driver's API calls: claims, claim status, nodes and ResourceSlices."""
+
+    def __init__(self, kubeconfig_path: str | None = None, config: ApiConfig | None = None) -> None:
+        """Connect with `config`, or one loaded from `kubeconfig_path` / in-cluster."""
+        self._config = config or kubeconfig.load(kubeconfig_path)
+        self._host = self._config.server
+        self._lock = threading.Lock()
+        self._cert: tuple[str, str] | None = None
+        self._pool = self._new_pool()
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as errors name it."""
+        return self._host
+
+    def _new_pool(self) -> urllib3.PoolManager:
+        """A connection pool trusting the configured CA, with the current client cert."""
+        kwargs: dict[str, Any] = {"maxsize": _POOL_SIZE, "timeout": _TIMEOUT, "retries": False}
+        if self._host.startswith("https://"):
+            cfg = self._config
+            ctx = ssl.create_default_context(cafile=cfg.ca_file, cadata=cfg.ca_data)
+            if cfg.insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self._cert = cfg.credentials.client_cert()
+            if self._cert is not None:
+                ctx.load_cert_chain(*self._cert)
+            kwargs["ssl_context"] = ctx
+            if cfg.tls_server_name:
+                kwargs["server_hostname"] = cfg.tls_server_name
+        return urllib3.PoolManager(**kwargs)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request; return the decoded JSON body or raise ApiError.
+
+        A 401 is retried once with fresh credentials (a rotated token or certificate).
+        `timeout` (seconds) bounds the whole request instead of the default timeouts.
+        """
+        for attempt in (0, 1):
+            try:
+                return self._request(method, path, body, query, content_type, timeout)
+            except ApiError as exc:
+                if exc.status != 401 or attempt:
+                    raise
+                self._config.credentials.invalidate()
+        raise AssertionError("unreachable")
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+        timeout: float | None,
+    ) -> Any:
+        url = self._host + path + (("?" + urlencode(query)) if query else "")
+        headers = {"Accept": "application/json", "User-Agent": "dra-driver"}
+        credentials = self._config.credentials
+        try:
+            authorization = credentials.authorization()
+            cert = credentials.client_cert()
+        except DriverError as exc:
+            raise ApiError(0, "Unauthorized", f"no credentials for {self._host}: {exc}") from None
+        if authorization:
+            headers["Authorization"] = authorization
+        with self._lock:
+            if cert != self._cert:  # an exec plugin handed out a new certificate
+                self._pool = self._new_pool()
+            pool = self._pool
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode()
+        limit = _TIMEOUT
+        if timeout is not None:
+            limit = urllib3.Timeout(total=timeout, connect=min(timeout, 5.0))
+        try:
+            resp = pool.request(method, url, body=data, headers=headers, timeout=limit)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
+        try:
+            payload = json.loads(resp.data) if resp.data else None
+        except ValueError:  # a proxy's HTML error page, a truncated body
+            payload = resp.data.decode(errors="replace")[:300]
+        except RecursionError:  # valid JSON nested deeper than the decoder goes
+            raise ApiError(
+                resp.status, "BadResponse", f"JSON from {path} is nested too deeply to read"
+            ) from None
+        if resp.status >= 400:
+            message = payload.get("message", "") if isinstance(payload, dict) else payload
+            reason = payload.get("reason", "") if isinstance(payload, dict) else ""
+            raise ApiError(resp.status, reason or str(resp.reason), str(message))
+        if not isinstance(payload, (dict, type(None))):
+            raise ApiError(resp.status, "BadResponse", f"not JSON from {path}: {payload}")
+        return payload
+
+    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
+        """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given."""
+        result: dict[str, Any] = self.request("GET", _claim_path(namespace, name), timeout=timeout)
+        return result
+
+    def apply_claim_status(
+        self, namespace: str, name: str, body: Mapping[str, Any], manager: str
+    ) -> None:
+        """Server-side apply a ResourceClaim status as field manager `manager`."""
+        path = _claim_path(namespace, name) + "/status"
+        self.request(
+            "PATCH",
+            path,
+            body,
+            {"fieldManager": manager, "force": "true"},
+            "application/apply-patch+yaml",
+        )
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        """GET a Node."""
+        result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{segment(name)}")
+        return result
+
+    def list_slices(self, driver: str, node_name: str) -> list[dict[str, Any]]:
+        """The ResourceSlices of `driver` for `node_name`."""
+        selector = f"spec.driver={driver},spec.nodeName={node_name}"
+        result = self.request(
+            "GET", f"{RESOURCE_API}/resourceslices", None, {"fieldSelector": selector}
+        )
+        return list(result.get("items") or [])
+
+    def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ResourceSlice; return what the server stored."""
+        result: dict[str, Any] = self.request("POST", f"{RESOURCE_API}/resourceslices", body)
+        return result
+
+    def update_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a ResourceSlice (body carries its resourceVersion); return what was stored."""
+        name = segment(body["metadata"]["name"])
+        result: dict[str, Any] = self.request("PUT", f"{RESOURCE_API}/resourceslices/{name}", body)
+        return result
+
+    def delete_slice(self, name: str) -> None:
+        """Delete a ResourceSlice (no error if it is already gone)."""
+        try:
+            self.request("DELETE", f"{RESOURCE_API}/resourceslices/{segment(name)}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+
+def segment(value: str) -> str:
+    """`value` as one URL path segment: every reserved character escaped, `/` included."""
+    return quote(value, safe="")
+
+
+def _claim_path(namespace: str, name: str) -> str:
+    """The path of a ResourceClaim, after checking both names as Kubernetes names: they
+    come from the kubelet and reach a URL, where `..` or `/` would address another object."""
+    if not naming.is_dns_label(namespace):
+        raise ApiError(0, "Invalid", f"namespace {namespace!r} is not a Kubernetes namespace name")
+    if not naming.is_dns_subdomain(name):
+        raise ApiError(0, "Invalid", f"name {name!r} is not a Kubernetes object name")
+    return f"{RESOURCE_API}/namespaces/{segment(namespace)}/resourceclaims/{segment(name)}"

@@ -1,0 +1,182 @@
+"""Publishes this node's ResourceSlices: on start, on link changes, on registration, by timer."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from dradriver.apiserver import slices
+from dradriver.apiserver.inventory import Inventory
+from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.base.log import event
+from dradriver.base.metrics import Metrics
+from dradriver.kernel import netlink
+
+log = logging.getLogger(__name__)
+
+_DEBOUNCE_SECONDS = 0.5
+_RETRY_SECONDS = 5.0
+
+
+class Publisher:
+    """Keeps the node's pool in the API equal to the inventory."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        inventory: Inventory,
+        driver: str,
+        node_name: str,
+        interval: float,
+        metrics: Metrics | None = None,
+    ) -> None:
+        """Set up; `start` launches the publishing and link-watching threads."""
+        self._api = api
+        self._inventory = inventory
+        self._driver = driver
+        self._node = node_name
+        self._interval = interval
+        self._metrics = metrics
+        self._node_uid: str | None = None
+        self._last_desired: list[Any] | None = None
+        self._wake = threading.Event()
+        self._force = True
+        self._stopping = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, name="publisher", daemon=True),
+            threading.Thread(target=self._watch_links, name="link-watch", daemon=True),
+        ]
+
+    def start(self) -> None:
+        """Publish now and keep publishing."""
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop the threads (slices stay: the kubelet removes them when we are gone)."""
+        self._stopping.set()
+        self._wake.set()
+        self._threads[0].join(5)
+
+    def trigger(self, force: bool = True) -> None:
+        """Publish soon; `force` compares with the API even if nothing changed locally."""
+        self._force = self._force or force
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            force, self._force = self._force, False
+            try:
+                self.publish(force=force)
+                delay = self._interval
+            except Exception as exc:  # API down, conflict: retry soon, never die
+                event(log, logging.ERROR, "publishing ResourceSlices failed", error=exc)
+                if self._metrics:
+                    self._metrics.publishes.labels("error").inc()
+                self._force = True
+                delay = min(_RETRY_SECONDS, self._interval)
+            if self._wake.wait(delay):
+                time.sleep(_DEBOUNCE_SECONDS)  # coalesce bursts of link events
+                self._wake.clear()
+            else:
+                self._force = True  # periodic: heal slices the kubelet or a user removed
+
+    def publish(self, force: bool = True) -> bool:
+        """Make the API match the inventory; return whether anything was written."""
+        devices = self._inventory.refresh()
+        if force:
+            # The Node may have been deleted and registered again under a new UID: a
+            # slice owned by the old UID is deleted by the garbage collector at once.
+            self._node_uid = None
+        desired = slices.build_slices(
+            self._driver, self._node, self._node_uid_cached(), devices, generation=0
+        )
+        contents = [slices.content(s) for s in desired]
+        if not force and contents == self._last_desired:
+            return False
+        existing = {
+            s["metadata"]["name"]: s for s in self._api.list_slices(self._driver, self._node)
+        }
+        current = [
+            _owned_content(existing[s["metadata"]["name"]])
+            if s["metadata"]["name"] in existing
+            else None
+            for s in desired
+        ]
+        if current == [_owned_content(s) for s in desired] and len(existing) == len(desired):
+            self._last_desired = contents
+            return False
+        generation = 1 + max(
+            (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
+        )
+        for body in desired:
+            body["spec"]["pool"]["generation"] = generation
+            name = body["metadata"]["name"]
+            if name in existing:
+                body["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
+                stored = self._api.update_slice(body)
+            else:
+                stored = self._api.create_slice(body)
+            if self._check_dropped(body, stored):
+                return self.publish(force=True)
+        for name in set(existing) - {s["metadata"]["name"] for s in desired}:
+            self._api.delete_slice(name)
+        self._last_desired = contents
+        event(
+            log,
+            logging.INFO,
+            "published ResourceSlices",
+            slices=len(desired),
+            devices=len(devices),
+            generation=generation,
+        )
+        if self._metrics:
+            self._metrics.publishes.labels("success").inc()
+        return True
+
+    def _check_dropped(self, sent: dict[str, Any], stored: dict[str, Any]) -> bool:
+        """Switch to single-allocation devices if the API dropped shared-device fields."""
+        dropped = slices.dropped_fields(sent["spec"]["devices"], stored)
+        if not dropped or self._inventory.fallback:
+            return False
+        shared = sorted(d.name for d in self._inventory.devices() if slices.share_count(d))
+        instead = ", ".join(f"{name}-<n>" for name in shared)
+        event(
+            log,
+            logging.ERROR,
+            "API server dropped consumable-capacity fields (feature gate "
+            f"DRAConsumableCapacity off?); publishing single-allocation devices {instead} "
+            "instead",
+            dropped=",".join(dropped),
+        )
+        self._inventory.set_fallback(True)
+        return True
+
+    def _node_uid_cached(self) -> str:
+        if self._node_uid is None:
+            self._node_uid = str(self._api.get_node(self._node)["metadata"]["uid"])
+        return self._node_uid
+
+    def _watch_links(self) -> None:
+        """Wake the publisher on every rtnetlink link event (add, remove, change)."""
+        try:
+            events = netlink.link_events()
+        except OSError as exc:
+            event(log, logging.WARNING, "cannot watch link events; relying on the timer", error=exc)
+            return
+        with events:
+            while not self._stopping.is_set():
+                if not events.wait(1.0):
+                    continue
+                self.trigger(force=False)
+                # One wake-up per debounce period: a burst of prepares or unprepares
+                # must not keep this thread competing for the GIL on every event.
+                self._stopping.wait(_DEBOUNCE_SECONDS)
+                events.drain()
+
+
+def _owned_content(slice_: dict[str, Any]) -> Any:
+    """What must match for a stored slice to need no update: its content and owner."""
+    return slices.content(slice_), slice_["metadata"].get("ownerReferences")

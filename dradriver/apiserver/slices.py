@@ -1,0 +1,188 @@
+"""ResourceSlice building (pure): device JSON, API limits, splitting, change detection."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from dradriver.base.log import event
+from dradriver.contract.hookspecs import Capacity, Device, Version
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_DEVICES_PER_SLICE = 128
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_STRING_ATTRIBUTE = 64
+_SHARE_RE = re.compile(r"(?P<base>.+)-(?P<index>[0-9]+)")  # fullmatch
+
+
+def share_count(device: Device) -> int | None:
+    """How many single-allocation devices stand for a shareable device: its one consumable
+    capacity divided by what one request takes (None if it is not such a device)."""
+    if not device.allow_multiple_allocations or len(device.capacity) != 1:
+        return None
+    [capacity] = device.capacity.values()
+    if capacity.default is None or not (capacity.value + capacity.default).isdigit():
+        return None
+    return int(capacity.value) // max(1, int(capacity.default))
+
+
+def single_allocation(devices: Iterable[Device]) -> list[Device]:
+    """Devices as published where the API server lacks consumable capacity (feature gate
+    DRAConsumableCapacity off): each shareable device becomes `<name>-<i>` devices."""
+    out: list[Device] = []
+    for device in devices:
+        count = share_count(device)
+        if count is None:
+            out.append(device)
+        else:
+            out.extend(Device(f"{device.name}-{i}", device.attributes) for i in range(count))
+    return out
+
+
+def share_of(name: str, devices: Mapping[str, Device]) -> Device | None:
+    """The published form of `<base>-<i>`, one single-allocation share of a shareable
+    device in `devices` (by name), whichever way the node publishes it right now."""
+    match = _SHARE_RE.fullmatch(name)
+    base = devices.get(match["base"]) if match else None
+    count = share_count(base) if base else None
+    if base is None or count is None or int(match["index"]) >= count:  # type: ignore[index]
+        return None
+    return Device(name, base.attributes)
+
+
+def device_json(device: Device) -> dict[str, Any]:
+    """One device in resource.k8s.io/v1 form, trimmed to the API's limits."""
+    attributes: dict[str, Any] = {}
+    room = MAX_ATTRIBUTES_AND_CAPACITIES - len(device.capacity)
+    for name, value in device.attributes.items():  # in the handler's order of importance
+        if len(attributes) >= room:
+            event(
+                log,
+                logging.WARNING,
+                "attribute dropped: device has too many",
+                device=device.name,
+                attribute=name,
+            )
+            continue
+        attributes[name] = _attribute(device.name, name, value)
+    out: dict[str, Any] = {"name": device.name, "attributes": attributes}
+    if device.capacity:
+        out["capacity"] = {name: _capacity(c) for name, c in sorted(device.capacity.items())}
+    if device.allow_multiple_allocations:
+        out["allowMultipleAllocations"] = True
+    return out
+
+
+def _attribute(device: str, name: str, value: object) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, Version):
+        return {"version": value.value}
+    text = str(value)
+    if len(text) > MAX_STRING_ATTRIBUTE:
+        event(
+            log,
+            logging.WARNING,
+            "attribute truncated to 64 characters",
+            device=device,
+            attribute=name,
+        )
+        text = text[:MAX_STRING_ATTRIBUTE]
+    return {"string": text}
+
+
+def _capacity(capacity: Capacity) -> dict[str, Any]:
+    out: dict[str, Any] = {"value": capacity.value}
+    if capacity.default is not None:
+        out["requestPolicy"] = {
+            "default": capacity.default,
+            "validRange": {"min": capacity.default, "step": capacity.default},
+        }
+    return out
+
+
+def slice_name(driver: str, node_name: str, index: int) -> str:
+    """Deterministic slice name for index `index` of this node's pool."""
+    name = f"{node_name}-{driver.replace('.', '-')}-{index}"
+    if len(name) > 253:
+        digest = hashlib.sha256(f"{node_name}/{driver}".encode()).hexdigest()[:10]
+        name = f"{node_name[:200]}-{digest}-{index}"
+    return name
+
+
+def build_slices(
+    driver: str, node_name: str, node_uid: str, devices: Sequence[Device], generation: int
+) -> list[dict[str, Any]]:
+    """The slices of this node's pool: devices split 128 per slice, at least one slice."""
+    rendered = [device_json(d) for d in sorted(devices, key=lambda d: d.name)]
+    chunks = [
+        rendered[i : i + MAX_DEVICES_PER_SLICE]
+        for i in range(0, len(rendered), MAX_DEVICES_PER_SLICE)
+    ] or [[]]
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": node_name,
+        "uid": node_uid,
+        "controller": True,
+    }
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceSlice",
+            "metadata": {"name": slice_name(driver, node_name, i), "ownerReferences": [owner]},
+            "spec": {
+                "driver": driver,
+                "nodeName": node_name,
+                "pool": {
+                    "name": node_name,
+                    "generation": generation,
+                    "resourceSliceCount": len(chunks),
+                },
+                "devices": chunk,
+            },
+        }
+        for i, chunk in enumerate(chunks)
+    ]
+
+
+def content(slice_: Mapping[str, Any]) -> Any:
+    """What makes two slices equal for publishing: spec without the pool generation."""
+    spec = dict(slice_.get("spec") or {})
+    spec["pool"] = {k: v for k, v in (spec.get("pool") or {}).items() if k != "generation"}
+    return _strip_empty(spec)
+
+
+def _strip_empty(value: Any) -> Any:
+    """Drop empty maps and lists, which the API server omits when it stores an object."""
+    if isinstance(value, dict):
+        items = {k: _strip_empty(v) for k, v in value.items()}
+        return {k: v for k, v in items.items() if v not in ({}, [], None)}
+    if isinstance(value, list):
+        return [_strip_empty(v) for v in value]
+    return value
+
+
+def dropped_fields(sent: Iterable[Mapping[str, Any]], stored: Mapping[str, Any]) -> list[str]:
+    """Device fields the API server silently dropped (a feature gate off), as paths."""
+    kept = {d["name"]: d for d in (stored.get("spec") or {}).get("devices") or []}
+    dropped = []
+    for device in sent:
+        back = kept.get(device["name"], {})
+        if device.get("allowMultipleAllocations") and not back.get("allowMultipleAllocations"):
+            dropped.append(f"{device['name']}.allowMultipleAllocations")
+        for cap, value in (device.get("capacity") or {}).items():
+            if "requestPolicy" in value and "requestPolicy" not in (back.get("capacity") or {}).get(
+                cap, {}
+            ):
+                dropped.append(f"{device['name']}.capacity.{cap}.requestPolicy")
+            if cap not in (back.get("capacity") or {}):
+                dropped.append(f"{device['name']}.capacity.{cap}")
+    return dropped

@@ -1,0 +1,1 @@
+"""Foundations every layer uses: errors, structured logs, call timing, metrics."""

@@ -1,0 +1,341 @@
+"""A claim's life on this node: commit, undo, release, and repair from its record.
+
+Order of a commit, which makes it crash-safe: each handler journals what it is about to
+create or change (a record in phase "preparing", written before any kernel change), does
+its kernel work, then the CDI specs are written, then the record in phase "prepared":
+the commit point. A failure before the commit undoes what the claim created; a crash
+before it leaves a journal that start-up reconciliation rolls back. None of these writes
+is fsynced: they must survive a crash of this process, and what they describe does not
+survive a crash of the machine. Only the removal of a record at unprepare is durable
+(design.md, "What is fsynced").
+
+A committed record is kept true: `is_intact` says when it no longer is (the machine
+rebooted, a spec file or a host interface it names is gone), `restore_specs` writes
+missing specs again from the record, `prepare_again` makes the kernel objects anew from
+the record (after a reboot), `renew` does it after a pod sandbox used them up (NRI
+mode), and `release` is unprepare.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dradriver.apiserver.inventory import Inventory
+from dradriver.base.errors import ConfigError, DeviceError, DriverError
+from dradriver.base.log import event
+from dradriver.base.timing import phase
+from dradriver.claims.plan import Plan
+from dradriver.contract import naming
+from dradriver.contract.hookspecs import (
+    CDI,
+    NRI,
+    ClaimRef,
+    DeviceRequest,
+    Handler,
+    HandlerContext,
+    Prepared,
+)
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel import linkreaper, netlink
+from dradriver.state import cdi, injection
+from dradriver.state.moves import moves_of
+from dradriver.state.records import PREPARED, PREPARING, ClaimRecord
+from dradriver.state.recordstore import RecordStore
+
+log = logging.getLogger(__name__)
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_REPLACING = "replacing"  # in a journal of prepare_again: the record it replaces
+
+
+def current_boot_id() -> str | None:
+    """This kernel boot's ID (kernel objects do not survive a reboot; records do)."""
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return None
+
+
+class ClaimLifecycle:
+    """The effects of preparing and unpreparing one claim; no claim state in memory."""
+
+    def __init__(
+        self,
+        context: HandlerContext,
+        cdi_dir: Path,
+        records: RecordStore,
+        registry: HandlerRegistry,
+        inventory: Inventory,
+        boot_id: str | None,
+        reaper: linkreaper.LinkReaper,
+    ) -> None:
+        """Wire the collaborators; `reaper` deletes the links of released claims."""
+        self.context = context
+        self.cdi_dir = cdi_dir
+        self.records = records
+        self.registry = registry
+        self.inventory = inventory
+        self.boot_id = boot_id
+        self.reaper = reaper
+
+    # -- commit -------------------------------------------------------------------------
+
+    def commit(
+        self,
+        ref: ClaimRef,
+        plans: Sequence[Plan],
+        pod_uids: Sequence[str],
+        replacing: ClaimRecord | None = None,
+    ) -> ClaimRecord:
+        """Prepare every planned device, write the specs, commit the record; all or nothing.
+
+        The plans' requests say the injection mode (all the same); in NRI mode the specs
+        carry no netDevices and the record says what moves into the pod's namespace.
+        `replacing`: the committed record this one replaces (prepare_again); should this
+        commit be rolled back, that record is put back, so the repair is tried again.
+        """
+        mode = plans[0].req.injection if plans else CDI
+        record = ClaimRecord(
+            ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id, injection=mode
+        )
+        if replacing is not None:
+            record.extra[_REPLACING] = json.loads(replacing.to_json())
+        done: list[tuple[Plan, Prepared]] = []
+        try:
+            for plan in plans:
+                req = replace(plan.req, journal=self._journaller(record, plan))
+                try:
+                    with phase("kernel"):
+                        prepared = plan.handler.prepare(req)
+                except DriverError as exc:
+                    raise DriverError(f"request {req.request}: {exc}") from exc
+                done.append((plan, prepared))
+                record.devices.append(plan.record(prepared.undo, prepared))
+                record.configs[plan.req.key] = dict(plan.req.config)
+                if mode == NRI:
+                    record.moves[plan.req.key] = moves_of(prepared)
+            with phase("specs"):
+                record.specs = self._specs(ref, done)
+                record.cdi_specs = sorted(record.specs)
+                for name, spec in sorted(record.specs.items()):
+                    cdi.write_spec(cdi.spec_file(self.cdi_dir, name), spec)
+            with phase("index"):
+                self.records.index(record)
+            record.extra.pop(_REPLACING, None)
+            record.phase = PREPARED
+            with phase("commit"):
+                # The commit point. Not fsynced, like the journal: what it describes
+                # does not outlive the machine (design.md, "What is fsynced").
+                self.records.save(record, durable=False)
+        except BaseException:
+            self.undo(ref, [(p.handler, pr.undo) for p, pr in done])
+            self.records.unindex(record)
+            if replacing is not None:
+                self._put_back(replacing)
+            raise
+        return record
+
+    def _journaller(self, record: ClaimRecord, plan: Plan) -> Callable[[Mapping[str, Any]], None]:
+        """A journal callback persisting a device's undo data before it changes the host."""
+
+        def journal(undo: Mapping[str, Any]) -> None:
+            devices = [*record.devices, plan.record(undo)]
+            with phase("journal"):
+                self.records.save(replace(record, phase=PREPARING, devices=devices), durable=False)
+            # (a journal of prepare_again keeps the record it replaces under _REPLACING)
+
+        return journal
+
+    def _specs(self, ref: ClaimRef, done: list[tuple[Plan, Prepared]]) -> dict[str, Any]:
+        """One CDI spec per device type of the claim, each device under its plan's CDI ID
+        with its edits as the injection mode has them."""
+        driver = self.context.driver_name
+        by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        for plan, prepared in done:
+            name = cdi.device_name(plan.cdi_device_id)
+            edits = injection.spec_edits(plan.req.injection, plan.req.request, prepared.edits)
+            by_type.setdefault(plan.type, []).append((name, edits))
+        return {
+            naming.cdi_spec_filename(driver, type_, ref.uid): cdi.build_spec(driver, type_, devices)
+            for type_, devices in sorted(by_type.items())
+        }
+
+    # -- undo ---------------------------------------------------------------------------
+
+    def undo(self, ref: ClaimRef, steps: Sequence[tuple[Handler, Mapping[str, Any]]]) -> None:
+        """Undo a failed or interrupted prepare: handlers newest first, specs, record."""
+        for handler, undo in reversed(steps):
+            try:
+                handler.unprepare(undo)
+            except Exception as exc:  # keep going: start-up reconciliation retries leaks
+                event(log, logging.ERROR, "rollback of a device failed", claim=ref.uid, error=exc)
+        cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, ref.uid)
+        self.records.delete(ref.uid)
+
+    def roll_back(self, record: ClaimRecord) -> ClaimRecord | None:
+        """Undo a prepare that was interrupted (its record never reached 'prepared');
+        the committed record an interrupted repair replaced is put back and returned."""
+        event(log, logging.WARNING, "rolling back interrupted prepare", claim=record.claim.uid)
+        steps = []
+        for device in record.devices:
+            try:
+                steps.append((self.registry.get(device.type, device.kind), device.undo))
+            except ConfigError as exc:
+                event(
+                    log,
+                    logging.ERROR,
+                    "cannot roll back device: no handler",
+                    claim=record.claim.uid,
+                    device=device.device,
+                    error=exc,
+                )
+        self.undo(record.claim, steps)
+        self.records.unindex(record)
+        previous = record.extra.get(_REPLACING)
+        if previous is None:
+            return None
+        # An interrupted prepare_again: the claim stays prepared.
+        restored = ClaimRecord.from_json(json.dumps(previous).encode())
+        self._put_back(restored)
+        return restored
+
+    def _put_back(self, record: ClaimRecord) -> None:
+        """The committed record a failed repair replaced, with its specs and pod index
+        entries (undoing the repair removed them)."""
+        self.records.save(record)
+        self.restore_specs(record)
+        self.records.index(record)
+
+    def release(self, record: ClaimRecord) -> None:
+        """Unprepare: handlers newest first, then the specs, then the record. Links the
+        driver made are deleted a moment later (dradriver.kernel.linkreaper).
+
+        A handler that cannot finish yet (a host NIC still in a pod's namespace) fails
+        it, keeping the record, and the kubelet retries.
+        """
+        with linkreaper.collecting() as doomed:
+            self._release(record)
+        self.reaper.delete_later(record.claim.uid, doomed)
+
+    def _release(self, record: ClaimRecord) -> None:
+        failures = []
+        for device in reversed(record.devices):
+            try:
+                with phase("kernel"):
+                    self.registry.get(device.type, device.kind).unprepare(device.undo)
+            except DriverError as exc:
+                failures.append(f"request {device.request} device {device.device}: {exc}")
+        if failures:
+            raise DeviceError("; ".join(failures) + " (will retry)")
+        # The record's removal is the durable step; a spec whose removal a crash loses
+        # has no record left, and start-up reconciliation deletes it.
+        with phase("specs"):
+            cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, record.claim.uid, False)
+        with phase("commit"):
+            self.records.delete(record.claim.uid)
+        with phase("index"):
+            self.records.unindex(record)
+
+    # -- keeping a committed record true ------------------------------------------------
+
+    def is_intact(self, record: ClaimRecord, present: set[str] | None = None) -> str | None:
+        """Why a prepared record's answer is no longer true (None if it is).
+
+        The interfaces a record lists as staying on the host while it is prepared (a
+        veth's host end) are the witnesses: the one that goes to the container may be in
+        the pod already, which is how it should be, so its absence proves nothing. A
+        witness gone means the claim's objects were destroyed (the pod's namespace went,
+        an unprepare was interrupted, someone deleted it). Cheap: a netlink lookup per
+        witness (or `present`, the host's interface names, when the caller has them).
+        """
+        if (
+            record.boot_id is not None
+            and self.boot_id is not None
+            and record.boot_id != self.boot_id
+        ):
+            return f"the node rebooted since it was prepared (boot {record.boot_id})"
+        for device in record.devices:
+            for name in device.host_interfaces:
+                gone = name not in present if present is not None else netlink.find(name) is None
+                if gone:
+                    return f"interface {name}, which stays on the host, is gone"
+        return None
+
+    def restore_specs(self, record: ClaimRecord) -> tuple[list[str], list[str]]:
+        """Write again the spec files of a record that are missing (or not regular files):
+        the ones written, and the ones it could not write."""
+        written: list[str] = []
+        lost: list[str] = []
+        for name in record.cdi_specs:
+            path = cdi.spec_file(self.cdi_dir, name)
+            if os.path.isfile(path) and not os.path.islink(path):  # noqa: PTH113, PTH114
+                continue
+            spec = record.specs.get(name)
+            if spec is None:
+                lost.append(name)  # a record of a driver that did not keep its specs
+                continue
+            cdi.write_spec(path, spec)
+            written.append(name)
+            event(
+                log,
+                logging.WARNING,
+                "CDI spec was gone: written again",
+                claim=record.claim.uid,
+                file=path,
+            )
+        return written, lost
+
+    def renew(self, record: ClaimRecord) -> ClaimRecord:
+        """Make a prepared claim's kernel objects anew after a pod sandbox used them up
+        (NRI mode: a virtual link died with the sandbox's namespace, a physical one was
+        given back): what is left of them is undone first (a physical interface the
+        kernel returned is found by MAC and restored), then the claim is prepared again
+        from its record, with nothing placed in any sandbox."""
+        missing = [d.request for d in record.devices if d.key not in record.configs]
+        if missing:
+            raise DriverError(
+                f"request {missing[0]}: its record does not hold the device's config "
+                "(written by an older driver): it cannot be prepared again from the record"
+            )
+        for device in reversed(record.devices):
+            try:
+                self.registry.get(device.type, device.kind).unprepare(device.undo)
+            except DriverError as exc:
+                raise DriverError(f"request {device.request}: {exc}") from exc
+        return self.prepare_again(record)
+
+    def prepare_again(self, record: ClaimRecord) -> ClaimRecord:
+        """Make a prepared claim's kernel objects anew from its record (after a reboot)."""
+        plans = []
+        for device in record.devices:
+            config = record.configs.get(device.key)
+            if config is None:
+                raise DriverError(
+                    f"request {device.request}: its record does not hold the device's config "
+                    "(written by an older driver): it cannot be prepared again from the record"
+                )
+            handler = self.registry.get(device.type, device.kind)
+            req = DeviceRequest(
+                claim=record.claim,
+                request=device.request,
+                pool=device.pool,
+                device=device.device,
+                share_id=device.share_id,
+                key=device.key,
+                kind=device.kind,
+                config=config,
+                published=self.inventory.lookup(device.device),
+                context=self.context,
+                injection=record.injection,
+            )
+            cdi_id = device.cdi_device_id or cdi.device_id(
+                self.context.driver_name, device.type, record.claim.uid, device.key
+            )
+            plans.append(Plan(handler, req, device.type, handler.validate(req), cdi_id))
+        return self.commit(record.claim, plans, record.pod_uids, replacing=record)

@@ -1,0 +1,128 @@
+"""Planning a claim: resolve and validate every device before any kernel work."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dradriver.apiserver.inventory import Inventory
+from dradriver.base.errors import ClaimError, ConfigError, DeviceError, DriverError
+from dradriver.claims import resolution
+from dradriver.contract import naming
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import (
+    CDI,
+    ClaimRef,
+    DeviceRequest,
+    Handler,
+    HandlerContext,
+    Prepared,
+    Validated,
+)
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.state import cdi
+from dradriver.state.records import DeviceRecord
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One allocated device, validated: its handler, request, config type, result and
+    the CDI device ID its edits will be published under."""
+
+    handler: Handler
+    req: DeviceRequest
+    type: str
+    validated: Validated
+    cdi_device_id: str
+
+    def record(self, undo: Mapping[str, Any], prepared: Prepared | None = None) -> DeviceRecord:
+        """The device's record: a journal entry (undo only), or prepared (all of it)."""
+        cdi_id = self.cdi_device_id if prepared is not None else None
+        return DeviceRecord.build(self.req, self.type, self.validated, undo, prepared, cdi_id)
+
+
+class Planner:
+    """Turns allocation results into validated plans."""
+
+    def __init__(
+        self,
+        context: HandlerContext,
+        inventory: Inventory,
+        schema: ConfigSchema,
+        registry: HandlerRegistry,
+    ) -> None:
+        """Keep the collaborators."""
+        self.context = context
+        self.inventory = inventory
+        self.schema = schema
+        self.registry = registry
+
+    def plan(self, ref: ClaimRef, device: resolution.AllocatedDevice, injection: str = CDI) -> Plan:
+        """Resolve and validate one allocated device for the `injection` mode; errors
+        name the request."""
+        where = f"request {device.base_request}"
+        try:
+            if device.pool != self.context.node_name:
+                raise ClaimError(
+                    f"device {device.device} is in pool {device.pool}, but this node "
+                    f"publishes pool {self.context.node_name}"
+                )
+            published = self.inventory.lookup(device.device)
+            if published is None:
+                raise DeviceError(f"device {device.device} is not published by this node")
+            resolved = self.schema.resolve(device.parameters, published)
+            handler = self.registry.get(resolved.type, resolved.kind)
+            req = DeviceRequest(
+                claim=ref,
+                request=device.base_request,
+                pool=device.pool,
+                device=device.device,
+                share_id=device.share_id,
+                key=naming.device_key(device.base_request, device.device, device.share_id),
+                kind=resolved.kind,
+                config=resolved.config,
+                published=published,
+                context=self.context,
+                injection=injection,
+            )
+            cdi_id = cdi.device_id(self.context.driver_name, resolved.type, ref.uid, req.key)
+            return Plan(handler, req, resolved.type, handler.validate(req), cdi_id)
+        except ConfigError as exc:
+            raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
+        except DriverError as exc:
+            raise DriverError(f"{where}: {exc}") from None
+
+
+def reserve_names(
+    ref: ClaimRef,
+    pod_uids: Sequence[str],
+    uses: Sequence[tuple[str, Sequence[str]]],
+    taken: dict[tuple[str, str], str],
+) -> None:
+    """Refuse a container interface name another device of the same pod already uses.
+
+    `uses` are (request, container interface names) of this claim's devices; `taken`
+    maps (pod UID, name) to the claim holding it, across the claims of one call.
+    """
+    mine: dict[str, str] = {}
+    for request, names in uses:
+        for name in names:
+            if name in mine:
+                raise ConfigError(
+                    f"container interface name {name} is already used by request "
+                    f"{mine[name]} of this claim",
+                    f"request {request}: config $.interfaceName",
+                )
+            mine[name] = request
+            for pod in pod_uids:
+                other = taken.get((pod, name))
+                if other is not None and other != ref.uid:
+                    raise ConfigError(
+                        f"container interface name {name} is already used by claim "
+                        f"{other} of the same pod {pod}",
+                        f"request {request}: config $.interfaceName",
+                    )
+    for name in mine:
+        for pod in pod_uids:
+            taken[(pod, name)] = ref.uid

@@ -1,0 +1,398 @@
+"""Prepare and unprepare of claims, as the kubelet asks for them: the heart of the driver.
+
+Per claim: answer from its record when it is prepared and still true (idempotency, a
+repeated call after a restart); otherwise plan and validate every device of the claim's
+object before any kernel work, and commit (lifecycle.py: journal, kernel objects, CDI
+specs, then the record). Unprepare works from the record alone. One claim's failure is
+its own error string, never the call's.
+
+Each call has a budget (calls.py). The claims a call needs from the API are fetched
+first, side by side and outside the serialisation lock; the lock is held only for local
+work (records, kernel, CDI specs), so a slow API server never delays an unprepare.
+Once the gate drains (SIGTERM), calls refuse the claims they have not begun.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
+
+from dradriver.apiserver.inventory import Inventory
+from dradriver.base.errors import ClaimError, DriverError, storage_error
+from dradriver.base.log import event
+from dradriver.base.metrics import Metrics
+from dradriver.base.timing import phase
+from dradriver.claims import reconcile, resolution
+from dradriver.claims.budget import DEFAULT_CALL_BUDGET, CallGate, Deadline
+from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Fetched
+from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
+from dradriver.claims.plan import Planner, reserve_names
+from dradriver.contract import naming
+from dradriver.contract.config import ConfigSchema
+from dradriver.contract.hookspecs import CDI, ClaimRef, HandlerContext
+from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel import linkreaper, netlink
+from dradriver.state import cdi
+from dradriver.state.records import (
+    PREPARED,
+    ClaimRecord,
+    CorruptRecord,
+    DeviceAnswer,
+)
+from dradriver.state.recordstore import RecordStore
+
+log = logging.getLogger(__name__)
+
+UNPREPARE_WORKERS = 8
+
+
+class StatusSink(Protocol):
+    """Receives prepared claims whose status.devices should be written."""
+
+    def submit(self, record: ClaimRecord) -> None:
+        """Queue a status write (never blocks, never fails the prepare)."""
+
+    def resubmit(self, record: ClaimRecord) -> None:
+        """Queue the status of an idempotent re-prepare, unless it was written already."""
+
+
+class _NotFetched(BaseException):
+    """The claim's object is needed but was not fetched: its prepared record went away
+    between the fetch and the lock. Not an Exception, so `_guarded` lets it through."""
+
+
+def _not_fetched() -> NoReturn:
+    raise _NotFetched
+
+
+def _raise(exc: Exception) -> NoReturn:
+    raise exc
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer for one claim: its devices, or an error."""
+
+    devices: list[DeviceAnswer]
+    error: str | None = None
+
+
+class Preparer:
+    """Prepares and unprepares claims; holds no claim state in memory."""
+
+    def __init__(
+        self,
+        *,
+        context: HandlerContext,
+        cdi_dir: Path,
+        records: RecordStore,
+        registry: HandlerRegistry,
+        schema: ConfigSchema,
+        inventory: Inventory,
+        api: ClaimSource,
+        status: StatusSink | None = None,
+        metrics: Metrics | None = None,
+        gate: CallGate | None = None,
+        boot_id: str | None = None,
+        link_deletion_delay: float = linkreaper.DEFAULT_DELAY,
+        injection: str = CDI,
+    ) -> None:
+        """Wire the collaborators; nothing is read or written yet. `gate` holds the
+        serialisation lock (a thread lock alone when none is given); `boot_id` is this
+        boot's (read from the kernel when not given); links of unprepared claims are
+        deleted `link_deletion_delay` seconds after the answer; `injection` the mode new
+        claims are prepared in (a prepared claim keeps its own)."""
+        self.context = context
+        self.cdi_dir = cdi_dir
+        self.records = records
+        self.registry = registry
+        self.schema = schema
+        self.inventory = inventory
+        self.api = api
+        self.status = status
+        self.metrics = metrics
+        self.gate = gate or CallGate()
+        self.injection = injection
+        self.fetcher = ClaimFetcher(api)
+        self.reaper = linkreaper.LinkReaper(
+            self.gate.lock,
+            lambda uid: not os.path.lexists(records.path(uid)),
+            link_deletion_delay,
+        )
+        self.lifecycle = ClaimLifecycle(
+            context,
+            cdi_dir,
+            records,
+            registry,
+            inventory,
+            boot_id or current_boot_id(),
+            self.reaper,
+        )
+        self._pool: ThreadPoolExecutor | None = None
+        self._planner = Planner(context, inventory, schema, registry)
+
+    # -- prepare -----------------------------------------------------------------------
+
+    def prepare(self, refs: Sequence[ClaimRef], budget: float | None = None) -> dict[str, Outcome]:
+        """Prepare every claim of one kubelet call within `budget` seconds; one bad claim
+        never fails the others.
+
+        Claims without a record are fetched first, side by side and outside the lock;
+        then, under the lock, each claim is prepared from its record or its object.
+        A claim whose record went away meanwhile is fetched in a second round.
+        """
+        gate = self.gate
+        deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
+        taken: dict[tuple[str, str], str] = {}  # (pod UID, container ifname) -> claim
+        outcomes: dict[str, Outcome] = {}
+        fetched: dict[str, Fetched] = {}
+        wanted = [ref for ref in refs if self._needs_claim(ref)]
+        with gate.call():
+            for _ in range(2):
+                todo = [ref for ref in wanted if ref.uid not in fetched]
+                with phase("fetch"):
+                    fetched |= self.fetcher.fetch(todo, deadline, gate.abandon)
+                with phase("lock"):
+                    refusal = gate.acquire(deadline)
+                if refusal is not None:
+                    break
+                try:
+                    wanted = self._prepare_locked(refs, fetched, taken, outcomes, deadline)
+                finally:
+                    gate.release()
+                if not wanted:
+                    break
+        # Not done: the lock was refused, or the record went away again in round two.
+        refusal = refusal or "its allocation record changed while the call ran; the kubelet retries"
+        for ref in refs:
+            if ref.uid not in outcomes:
+                outcomes[ref.uid] = self._refuse("prepare", ref, refusal)
+        return {ref.uid: outcomes[ref.uid] for ref in refs}
+
+    def _prepare_locked(
+        self,
+        refs: Sequence[ClaimRef],
+        fetched: Mapping[str, Fetched],
+        taken: dict[tuple[str, str], str],
+        outcomes: dict[str, Outcome],
+        deadline: Deadline,
+    ) -> list[ClaimRef]:
+        """Under the lock: prepare each claim not yet answered, from its record or its
+        fetched object; return the claims that need an object this round did not fetch."""
+        unfetched = []
+        for ref in refs:
+            if ref.uid in outcomes:
+                continue
+            failed = ref.uid in fetched and fetched[ref.uid].error is not None
+            if not failed and (stop := self.gate.stop_reason(deadline)) is not None:
+                outcomes[ref.uid] = self._refuse("prepare", ref, stop)
+                continue  # a failed fetch is a better answer than "not started"
+            claim = fetched[ref.uid].get if ref.uid in fetched else _not_fetched
+            try:
+                outcomes[ref.uid] = self._guarded(
+                    "prepare", ref, partial(self._prepare, ref, taken, claim)
+                )
+            except _NotFetched:
+                unfetched.append(ref)
+        return unfetched
+
+    def _needs_claim(self, ref: ClaimRef) -> bool:
+        """Whether to fetch the claim before taking the lock: it has no record (a look at
+        the file only; it is read under the lock). An invalid UID fails under the lock."""
+        return naming.is_claim_uid(ref.uid) and not os.path.lexists(self.records.path(ref.uid))
+
+    def _prepare(
+        self,
+        ref: ClaimRef,
+        taken: dict[tuple[str, str], str],
+        claim: Callable[[], dict[str, Any]],
+    ) -> list[DeviceAnswer]:
+        self._check_uid(ref)
+        with phase("records"):
+            record = self._load(ref)
+        if record is not None and record.phase == PREPARED:
+            with phase("records"):
+                _, lost = self.lifecycle.restore_specs(record)
+                if lost:  # only a record of an older driver cannot hold its specs
+                    event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
+                stale = self.lifecycle.is_intact(record)
+            if stale is None:
+                event(log, logging.INFO, "already prepared", claim=ref.uid)
+                if self.status is not None and record.devices:
+                    self.status.resubmit(record)  # a status that failed to write gets written
+                self._reserve(ref, record.pod_uids, record_names(record), taken)
+                return record.answer()
+            # The answer in the record is no longer true: finish that prepare's undoing
+            # and prepare again, from the API.
+            event(log, logging.WARNING, "stale claim: preparing again", claim=ref.uid, why=stale)
+            self.lifecycle.release(record)
+            self._count(-1)
+        elif record is not None:
+            self.lifecycle.roll_back(record)
+        with phase("plan"):
+            resolved = resolution.resolve(claim(), ref, self.context.driver_name)
+            plans = [self._planner.plan(ref, device, self.injection) for device in resolved.devices]
+            if not plans:
+                return []  # no device of ours in this claim: nothing to do, nothing to record
+            uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
+            self._reserve(ref, resolved.pod_uids, uses, taken)
+        record = self.lifecycle.commit(ref, plans, resolved.pod_uids)
+        # Committed: nothing below may turn this prepare into a failure.
+        event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
+        if self.status is not None and record.devices:
+            self.status.submit(record)
+        self._count(+1)
+        return record.answer()
+
+    def _reserve(
+        self,
+        ref: ClaimRef,
+        pod_uids: Sequence[str],
+        uses: Sequence[tuple[str, Sequence[str]]],
+        taken: dict[tuple[str, str], str],
+    ) -> None:
+        """Refuse a container interface name another claim of the same pod uses, whether
+        in this call or prepared in an earlier one (a kubelet retry)."""
+        for pod in pod_uids:
+            for other in self.records.claims_of_pod(pod):
+                if other == ref.uid or any(taken.get(k) == other for k in taken if k[0] == pod):
+                    continue
+                try:
+                    prepared = self.records.load(other)
+                except DriverError:
+                    continue  # reported where it is loaded for its own claim
+                if prepared is not None and prepared.phase == PREPARED:
+                    for _, names in record_names(prepared):
+                        for name in names:
+                            taken.setdefault((pod, name), other)
+        reserve_names(ref, pod_uids, uses, taken)
+
+    def _count(self, delta: int) -> None:
+        if self.metrics:
+            self.metrics.prepared_claims.inc(delta)
+
+    def roll_back(self, record: ClaimRecord) -> None:
+        """Undo a prepare that was interrupted (start-up reconciliation calls it)."""
+        self.lifecycle.roll_back(record)
+
+    # -- unprepare ---------------------------------------------------------------------
+
+    def unprepare(
+        self, refs: Sequence[ClaimRef], budget: float | None = None
+    ) -> dict[str, Outcome]:
+        """Unprepare every claim of one kubelet call from local state only, under the
+        lock (waited for at most `budget` seconds).
+
+        Claims are independent, and the kernel lets link deletions overlap (most of the
+        ~15 ms of a deletion is a wait for RCU), so several claims run at once.
+        """
+        deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
+        with self.gate.call():
+            with phase("lock"):
+                refusal = self.gate.acquire(deadline)
+            if refusal is not None:
+                return {ref.uid: self._refuse("unprepare", ref, refusal) for ref in refs}
+            try:
+                return self._unprepare_all(refs)
+            finally:
+                self.gate.release()
+
+    def _unprepare_all(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        if len(refs) < 2:
+            return {r.uid: self._guarded("unprepare", r, partial(self._unprepare, r)) for r in refs}
+        if self._pool is None:  # persistent: each worker keeps its own netlink socket
+            self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
+        with phase("workers"):  # the workers' own phases are not told apart
+            done = list(self._pool.map(self._unprepare_on_worker, refs))
+        return {ref.uid: outcome for ref, outcome in zip(refs, done, strict=True)}
+
+    def _unprepare_on_worker(self, ref: ClaimRef) -> Outcome:
+        """One claim on a pool worker, which then closes its netlink socket (reopening
+        one costs ~30 us; eight idle ones would hold their receive buffers)."""
+        try:
+            return self._guarded("unprepare", ref, lambda: self._unprepare(ref))
+        finally:
+            netlink.close()
+
+    def _unprepare(self, ref: ClaimRef) -> list[DeviceAnswer]:
+        self._check_uid(ref)
+        driver = self.context.driver_name
+        try:
+            with phase("records"):
+                record = self.records.load(ref.uid)
+        except CorruptRecord as exc:
+            deleted = reconcile.delete_claim_interfaces(ref.uid, self.context.owner)
+            cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
+            event(
+                log,
+                logging.ERROR,
+                "unprepared from a corrupt record: deleted tagged interfaces only",
+                claim=ref.uid,
+                deleted=",".join(deleted),
+                error=exc,
+            )
+            return []
+        if record is None:
+            cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
+            return []
+        self.lifecycle.release(record)
+        event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
+        if record.phase == PREPARED:
+            self._count(-1)
+        return []
+
+    # -- shared ------------------------------------------------------------------------
+
+    def _refuse(self, operation: str, ref: ClaimRef, reason: str) -> Outcome:
+        """The error outcome of a claim that was not worked on, logged and counted."""
+        return self._guarded(operation, ref, partial(_raise, DriverError(reason)))
+
+    def _guarded(
+        self, operation: str, ref: ClaimRef, fn: Callable[[], list[DeviceAnswer]]
+    ) -> Outcome:
+        """Run one claim's operation; turn any failure into that claim's error string."""
+        start = time.perf_counter()
+        try:
+            outcome = Outcome(fn())
+        except DriverError as exc:
+            event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc)
+            outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
+        except OSError as exc:  # a file of ours: say which, and what the operator can do
+            err = storage_error(exc)
+            event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=err)
+            outcome = Outcome([], f"claim {ref} ({ref.uid}): {err}")
+        except Exception as exc:  # a bug: log the trace, answer without it
+            log.exception(f"{operation} failed unexpectedly", extra={"claim": ref.uid})
+            outcome = Outcome(
+                [],
+                f"claim {ref} ({ref.uid}): internal error "
+                f"({type(exc).__name__}: {exc}); see the driver log",
+            )
+        if self.metrics:
+            self.metrics.observe(operation, time.perf_counter() - start, outcome.error is None)
+        return outcome
+
+    @staticmethod
+    def _check_uid(ref: ClaimRef) -> None:
+        if not naming.is_claim_uid(ref.uid):
+            raise ClaimError(f"invalid claim UID {ref.uid!r}")
+
+    def _load(self, ref: ClaimRef) -> ClaimRecord | None:
+        """The claim's record; None if there is none or it was corrupt (quarantined and
+        logged: prepare again from the API). A record of a newer driver raises."""
+        try:
+            return self.records.load(ref.uid)
+        except CorruptRecord:
+            return None
+
+
+def record_names(record: ClaimRecord) -> list[tuple[str, list[str]]]:
+    """(request, container interface names) of each device of a record."""
+    return [(d.request, d.container_interfaces) for d in record.devices]

@@ -1,0 +1,95 @@
+"""What the NRI mode moves into a pod's network namespace, and where it is: record data.
+
+A claim prepared in NRI mode keeps, per device, the moves (interfaces with what to apply
+in the pod, RDMA devices in exclusive netns mode) and its placement: where they are
+now. Both live in the allocation record (`moves`, `placement`); nothing of it is kept
+only in memory, since two driver instances may both handle a pod's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dradriver.contract.hookspecs import PodInterface, PodRoute, PodSysctl, Prepared
+
+# Where a device's interfaces are, in the NRI mode (a record's `placement`, by device
+# key; no entry: on the host as prepare left them, ready to move).
+MOVING = "moving"  # a move into `sandbox` has begun (a journal: finish or give up)
+IN = "in"  # in `sandbox`'s network namespace, configured
+LEAVING = "leaving"  # the move back out of `sandbox` has begun (sandbox stop)
+SPENT = "spent"  # used by a sandbox that stopped or went: prepare again before a move
+
+
+@dataclass(frozen=True)
+class Move:
+    """One thing the NRI mode moves into a pod's namespace for a device: an interface
+    (with what to apply there), or an RDMA device in exclusive netns mode."""
+
+    host: str = ""  # the interface's name on the host
+    container: str = ""  # its name in the pod
+    addresses: tuple[str, ...] = ()
+    routes: tuple[PodRoute, ...] = ()
+    sysctls: tuple[PodSysctl, ...] = ()
+    returns: bool = False  # physical: back to the host when the sandbox stops
+    rdma: str = ""  # an RDMA device instead of an interface
+
+    @classmethod
+    def of(cls, pod: PodInterface) -> Move:
+        """The move of one interface a handler described."""
+        return cls(pod.host, pod.container, pod.addresses, pod.routes, pod.sysctls, pod.returns)
+
+    def describe(self) -> str:
+        """As errors name it."""
+        if self.rdma:
+            return f"RDMA device {self.rdma}"
+        return f"interface {self.host} (in the pod: {self.container})"
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in a record's `moves`."""
+        if self.rdma:
+            return {"rdma": self.rdma}
+        return {
+            "host": self.host,
+            "container": self.container,
+            "addresses": list(self.addresses),
+            "routes": [{k: v for k, v in vars(r).items() if v is not None} for r in self.routes],
+            "sysctls": [vars(s) for s in self.sysctls],
+            "returns": self.returns,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Move:
+        """Read a stored move (unknown keys ignored)."""
+        if doc.get("rdma"):
+            return cls(rdma=str(doc["rdma"]), returns=True)
+        return cls(
+            host=str(doc["host"]),
+            container=str(doc["container"]),
+            addresses=tuple(doc.get("addresses") or ()),
+            routes=tuple(
+                PodRoute(str(r["destination"]), r.get("gateway"), r.get("metric"))
+                for r in doc.get("routes") or ()
+            ),
+            sysctls=tuple(
+                PodSysctl(str(x["family"]), str(x["key"]), str(x["value"]))
+                for x in doc.get("sysctls") or ()
+            ),
+            returns=bool(doc.get("returns")),
+        )
+
+
+def moves_of(prepared: Prepared) -> list[Move]:
+    """What the NRI mode moves for one prepared device: the interfaces its handler
+    described (else each CDI netDevice as it is) and its RDMA devices."""
+    pods = list(prepared.pod_interfaces) or [
+        PodInterface(str(nd["hostInterfaceName"]), str(nd["name"]))
+        for nd in prepared.edits.get("netDevices") or ()
+    ]
+    return [Move.of(p) for p in pods] + [Move(rdma=r, returns=True) for r in prepared.pod_rdma]
+
+
+def placement(state: str, sandbox: str, netns: str) -> dict[str, str]:
+    """A record's placement entry for one device: STATE in (or out of) `sandbox`."""
+    return {"state": state, "sandbox": sandbox, "netns": netns}

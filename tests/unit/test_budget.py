@@ -1,0 +1,188 @@
+"""A call's budget, the lock taken within it, draining, and fetching claims side by side."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from dradriver.apiserver.kubeapi import ApiError
+from dradriver.base.errors import ClaimError
+from dradriver.claims.budget import SHUTTING_DOWN, CallGate, Deadline, call_budget
+from dradriver.claims.fetch import ClaimFetcher
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.kubelet.sockets import SerializeLock
+
+
+def test_the_budget_is_two_thirds_of_the_deadline_at_most_the_cap():
+    assert call_budget(45.0, 30.0) == pytest.approx(30.0)
+    assert call_budget(45.0, 3.0) == 3.0
+    assert call_budget(9.0, 30.0) == pytest.approx(6.0)
+    assert call_budget(None, 12.0) == 12.0  # a caller without a deadline
+    assert call_budget(-1.0, 30.0) == 0.0
+    assert Deadline.after(29.99).describe() == "this call's budget of 30 s"
+
+
+def test_the_lock_is_refused_when_it_is_not_free_within_the_budget():
+    gate = CallGate()
+    assert gate.acquire(Deadline.after(1)) is None
+    start = time.monotonic()
+    refusal = gate.acquire(Deadline.after(0.3))
+    assert 0.25 < time.monotonic() - start < 2
+    assert refusal is not None and "serialisation lock was not free within" in refusal
+    assert "budget of 0.3 s" in refusal
+    gate.release()
+
+
+def test_draining_wakes_a_call_waiting_for_the_lock_and_waits_for_calls_in_flight():
+    gate = CallGate()
+    assert gate.acquire(Deadline.after(1)) is None  # a call at work
+    got: list[str | None] = []
+
+    def waiting_call() -> None:
+        with gate.call():
+            got.append(gate.acquire(Deadline.after(30)))
+
+    waiter = threading.Thread(target=waiting_call)
+    with gate.call():
+        waiter.start()
+        time.sleep(0.2)
+        start = time.monotonic()
+        assert not gate.drain(0.3)  # the call at work has not ended
+        waiter.join(2)
+        assert got == [SHUTTING_DOWN] and time.monotonic() - start < 2
+        assert gate.stop_reason(Deadline.after(30)) == SHUTTING_DOWN
+        gate.release()
+    assert gate.drain(1)
+    assert gate.acquire(Deadline.after(1)) == SHUTTING_DOWN  # nothing new begins
+
+
+def test_the_file_lock_keeps_other_instances_out_and_is_closed_only_when_free(tmp_path):
+    path = tmp_path / "serialize.lock"
+    mine, other = SerializeLock(path), SerializeLock(path)  # two open files: two instances
+    assert mine.acquire(timeout=1)
+    start = time.monotonic()
+    assert not other.acquire(timeout=0.3)
+    assert time.monotonic() - start >= 0.29
+    assert not mine.close(timeout=0.2)  # held: the file stays open, the flock stays
+    assert not other.acquire(timeout=0.1)
+    mine.release()
+    assert mine.close(timeout=1)
+    assert other.acquire(timeout=1)  # closed: the other instance gets it
+    other.release()
+    other.close()
+
+
+class _Api:
+    server = "https://api.example:6443"
+
+    def __init__(self, delay: float = 0.0, error: ApiError | None = None) -> None:
+        self.delay, self.error = delay, error
+        self.active = self.most = 0
+        self.lock = threading.Lock()
+
+    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        try:
+            time.sleep(min(self.delay, timeout or self.delay))
+            if self.error:
+                raise self.error
+            return {"metadata": {"name": name}}
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+def _refs(n: int) -> list[ClaimRef]:
+    return [ClaimRef("ns", f"c{i}", f"00000000-0000-0000-0000-{i:012d}") for i in range(n)]
+
+
+def test_claims_are_fetched_side_by_side_with_bounded_parallelism():
+    api = _Api(delay=0.2)
+    start = time.monotonic()
+    got = ClaimFetcher(api, workers=4).fetch(_refs(8), Deadline.after(10), Future())
+    assert 0.35 < time.monotonic() - start < 1.5  # two rounds of four, not eight in a row
+    assert api.most == 4
+    assert [f.get()["metadata"]["name"] for f in got.values()] == [f"c{i}" for i in range(8)]
+
+
+def _workers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("claim-get-")}
+
+
+def test_workers_start_as_calls_need_them_one_for_calls_of_one_claim():
+    """A worker keeps its own connection to the API server: one-claim calls in a row
+    keep one, a batch of three adds two, a call beside a busy worker gets its own."""
+    before = _workers()
+    fetcher = ClaimFetcher(_Api(), workers=4)
+    for _ in range(5):
+        [got] = fetcher.fetch(_refs(1), Deadline.after(5), Future()).values()
+        assert got.get()["metadata"]["name"] == "c0"
+    assert fetcher._started == 1
+    fetcher.fetch(_refs(3), Deadline.after(5), Future())
+    assert fetcher._started == 3
+    fetcher.api = _Api(delay=0.5)  # three busy workers, two calls of one claim beside them
+    beside = threading.Thread(target=fetcher.fetch, args=(_refs(3), Deadline.after(5), Future()))
+    beside.start()
+    time.sleep(0.1)
+    start = time.monotonic()
+    fetcher.fetch(_refs(1), Deadline.after(5), Future())
+    assert time.monotonic() - start < 0.9  # its own worker: not queued behind the three
+    assert fetcher._started == 4
+    beside.join()
+    assert len(_workers() - before) == 4
+
+
+def test_a_claim_not_fetched_within_the_budget_names_the_server_and_the_budget():
+    api = _Api(delay=5)
+    start = time.monotonic()
+    got = ClaimFetcher(api).fetch(_refs(3), Deadline.after(0.3), Future())
+    assert time.monotonic() - start < 1
+    for fetched in got.values():
+        with pytest.raises(ClaimError, match=r"https://api\.example:6443 did not answer .*0\.3 s"):
+            fetched.get()
+
+
+def test_api_errors_become_the_claims_error_naming_the_server():
+    for error, expected in [
+        (ApiError(404, "NotFound", "x"), "not found in the API server https://api.example:6443"),
+        (ApiError(500, "InternalError", "boom"), "from the API server https://api.example:6443"),
+    ]:
+        got = ClaimFetcher(_Api(error=error)).fetch(_refs(1), Deadline.after(5), Future())
+        [fetched] = got.values()
+        with pytest.raises(ClaimError, match=expected):
+            fetched.get()
+
+
+def test_shutdown_abandons_a_fetch_at_once():
+    abandon: Future[None] = Future()
+    threading.Timer(0.2, abandon.set_result, (None,)).start()
+    start = time.monotonic()
+    got = ClaimFetcher(_Api(delay=5)).fetch(_refs(2), Deadline.after(30), abandon)
+    assert time.monotonic() - start < 1.5
+    for fetched in got.values():
+        with pytest.raises(ClaimError, match="shutting down"):
+            fetched.get()
+
+
+def test_the_budget_cap_is_a_flag_and_an_environment_variable(monkeypatch):
+    import argparse
+
+    from dradriver import settings
+
+    def parse(argv):
+        parser = argparse.ArgumentParser()
+        settings.add_flags(parser, run=True)
+        return settings.from_args(parser.parse_args(["--node-name", "n", *argv]))
+
+    assert parse([]).call_budget == 30.0
+    monkeypatch.setenv("DRA_CALL_BUDGET", "3")
+    assert parse([]).call_budget == 3.0
+    assert parse(["--call-budget", "12.5"]).call_budget == 12.5
+    with pytest.raises(SystemExit, match=r"--call-budget must be 0\.1 to 300 seconds, got 0"):
+        parse(["--call-budget", "0"])
