@@ -49,7 +49,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean test test-faults lint proto rtnl-fixtures config-policy \
+	network-check restart logs debug clean unit unit-unprivileged test test-faults lint proto rtnl-fixtures config-policy \
 	test-kernel e2e \
 	bench helm manifests helm-lint helm-install helm-uninstall node-build demo demo-down test-node
 
@@ -155,7 +155,13 @@ debug: ## show driver pods, slices, classes, claims, example pods and recent eve
 clean: ## delete the kind cluster
 	-$(KIND) delete cluster --name $(CLUSTER)
 
-test: ## unit, integration, kernel, deploy and fault tests
+unit: ## the first thing to run: root-free, network-free tests (pure logic, generated files), < 1 min
+	$(PYTHON) -m pytest tests/unit
+
+unit-unprivileged: ## make unit as an unprivileged user (nobody), from a copy of the checkout
+	hack/unit-unprivileged.sh
+
+test: ## the full local suite (root): unit, integration, kernel, deploy and fault tests
 	$(PYTHON) -m pytest tests/unit tests/integration tests/kernel tests/deploy tests/faults
 
 test-faults: ## the fault-injection and fuzzing suite alone (FUZZ_EXAMPLES=n for a longer fuzz)

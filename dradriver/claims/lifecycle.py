@@ -26,17 +26,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dradriver.apiserver.inventory import Inventory
 from dradriver.base.errors import ConfigError, DeviceError, DriverError
 from dradriver.base.log import event
 from dradriver.base.timing import phase
-from dradriver.claims.plan import Plan
+from dradriver.claims.plan import Plan, Planner, recorded_config
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import (
     CDI,
     NRI,
     ClaimRef,
-    DeviceRequest,
     Handler,
     HandlerContext,
     Prepared,
@@ -45,13 +43,21 @@ from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import linkreaper, netlink
 from dradriver.state import cdi, injection
 from dradriver.state.moves import moves_of
-from dradriver.state.records import PREPARED, PREPARING, ClaimRecord
+from dradriver.state.records import PREPARED, PREPARING, ClaimRecord, DeviceRecord
 from dradriver.state.recordstore import RecordStore
 
 log = logging.getLogger(__name__)
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _REPLACING = "replacing"  # in a journal of prepare_again: the record it replaces
+
+
+def _device_record(
+    plan: Plan, undo: Mapping[str, Any], prepared: Prepared | None = None
+) -> DeviceRecord:
+    """A planned device's record: a journal entry (undo only), or prepared (all of it)."""
+    cdi_id = plan.cdi_device_id if prepared is not None else None
+    return DeviceRecord.build(plan.req, plan.type, plan.validated, undo, prepared, cdi_id)
 
 
 def current_boot_id() -> str | None:
@@ -71,16 +77,17 @@ class ClaimLifecycle:
         cdi_dir: Path,
         records: RecordStore,
         registry: HandlerRegistry,
-        inventory: Inventory,
+        planner: Planner,
         boot_id: str | None,
         reaper: linkreaper.LinkReaper,
     ) -> None:
-        """Wire the collaborators; `reaper` deletes the links of released claims."""
+        """Wire the collaborators; `planner` plans a claim again from its record,
+        `reaper` deletes the links of released claims."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
         self.registry = registry
-        self.inventory = inventory
+        self.planner = planner
         self.boot_id = boot_id
         self.reaper = reaper
 
@@ -116,7 +123,7 @@ class ClaimLifecycle:
                 except DriverError as exc:
                     raise DriverError(f"request {req.request}: {exc}") from exc
                 done.append((plan, prepared))
-                record.devices.append(plan.record(prepared.undo, prepared))
+                record.devices.append(_device_record(plan, prepared.undo, prepared))
                 record.configs[plan.req.key] = dict(plan.req.config)
                 if mode == NRI:
                     record.moves[plan.req.key] = moves_of(prepared)
@@ -145,7 +152,7 @@ class ClaimLifecycle:
         """A journal callback persisting a device's undo data before it changes the host."""
 
         def journal(undo: Mapping[str, Any]) -> None:
-            devices = [*record.devices, plan.record(undo)]
+            devices = [*record.devices, _device_record(plan, undo)]
             with phase("journal"):
                 self.records.save(replace(record, phase=PREPARING, devices=devices), durable=False)
             # (a journal of prepare_again keeps the record it replaces under _REPLACING)
@@ -242,6 +249,18 @@ class ClaimLifecycle:
         with phase("index"):
             self.records.unindex(record)
 
+    def delete_tagged(self, claim_uid: str) -> list[str]:
+        """Delete every interface this instance tagged for `claim_uid` (its record is lost)."""
+        deleted = []
+        for link in netlink.links():
+            tag = naming.parse_ifalias(link.alias)
+            mine = (
+                tag and tag.claim_uid == claim_uid and tag.owned_by(self.context.owner, {claim_uid})
+            )
+            if mine and netlink.delete(link.name):
+                deleted.append(link.name)
+        return deleted
+
     # -- keeping a committed record true ------------------------------------------------
 
     def is_intact(self, record: ClaimRecord, present: set[str] | None = None) -> str | None:
@@ -297,12 +316,8 @@ class ClaimLifecycle:
         given back): what is left of them is undone first (a physical interface the
         kernel returned is found by MAC and restored), then the claim is prepared again
         from its record, with nothing placed in any sandbox."""
-        missing = [d.request for d in record.devices if d.key not in record.configs]
-        if missing:
-            raise DriverError(
-                f"request {missing[0]}: its record does not hold the device's config "
-                "(written by an older driver): it cannot be prepared again from the record"
-            )
+        for device in record.devices:
+            recorded_config(record, device)  # before undoing anything
         for device in reversed(record.devices):
             try:
                 self.registry.get(device.type, device.kind).unprepare(device.undo)
@@ -312,30 +327,4 @@ class ClaimLifecycle:
 
     def prepare_again(self, record: ClaimRecord) -> ClaimRecord:
         """Make a prepared claim's kernel objects anew from its record (after a reboot)."""
-        plans = []
-        for device in record.devices:
-            config = record.configs.get(device.key)
-            if config is None:
-                raise DriverError(
-                    f"request {device.request}: its record does not hold the device's config "
-                    "(written by an older driver): it cannot be prepared again from the record"
-                )
-            handler = self.registry.get(device.type, device.kind)
-            req = DeviceRequest(
-                claim=record.claim,
-                request=device.request,
-                pool=device.pool,
-                device=device.device,
-                share_id=device.share_id,
-                key=device.key,
-                kind=device.kind,
-                config=config,
-                published=self.inventory.lookup(device.device),
-                context=self.context,
-                injection=record.injection,
-            )
-            cdi_id = device.cdi_device_id or cdi.device_id(
-                self.context.driver_name, device.type, record.claim.uid, device.key
-            )
-            plans.append(Plan(handler, req, device.type, handler.validate(req), cdi_id))
-        return self.commit(record.claim, plans, record.pod_uids, replacing=record)
+        return self.commit(record.claim, self.planner.replan(record), record.pod_uids, record)

@@ -1,4 +1,9 @@
-"""Planning a claim: resolve and validate every device before any kernel work."""
+"""Planning a claim: resolve and validate every device before any kernel work.
+
+A plan is made from an allocation result (a first prepare) or from a claim's record (the
+claim prepared again after a reboot or a used-up sandbox): both build the handler's
+request here, the same way.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +19,15 @@ from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import (
     CDI,
     ClaimRef,
+    Device,
     DeviceRequest,
     Handler,
     HandlerContext,
-    Prepared,
     Validated,
 )
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.state import cdi
-from dradriver.state.records import DeviceRecord
+from dradriver.state.records import ClaimRecord, DeviceRecord
 
 
 @dataclass(frozen=True)
@@ -36,10 +41,17 @@ class Plan:
     validated: Validated
     cdi_device_id: str
 
-    def record(self, undo: Mapping[str, Any], prepared: Prepared | None = None) -> DeviceRecord:
-        """The device's record: a journal entry (undo only), or prepared (all of it)."""
-        cdi_id = self.cdi_device_id if prepared is not None else None
-        return DeviceRecord.build(self.req, self.type, self.validated, undo, prepared, cdi_id)
+
+def recorded_config(record: ClaimRecord, device: DeviceRecord) -> Mapping[str, Any]:
+    """The config a recorded device was prepared with; an error naming the request when
+    its record (of an older driver) does not hold it."""
+    config: Mapping[str, Any] | None = record.configs.get(device.key)
+    if config is None:
+        raise DriverError(
+            f"request {device.request}: its record does not hold the device's config "
+            "(written by an older driver): it cannot be prepared again from the record"
+        )
+    return config
 
 
 class Planner:
@@ -72,26 +84,52 @@ class Planner:
             if published is None:
                 raise DeviceError(f"device {device.device} is not published by this node")
             resolved = self.schema.resolve(device.parameters, published)
-            handler = self.registry.get(resolved.type, resolved.kind)
-            req = DeviceRequest(
-                claim=ref,
-                request=device.base_request,
-                pool=device.pool,
-                device=device.device,
-                share_id=device.share_id,
-                key=naming.device_key(device.base_request, device.device, device.share_id),
-                kind=resolved.kind,
-                config=resolved.config,
-                published=published,
-                context=self.context,
-                injection=injection,
-            )
-            cdi_id = cdi.device_id(self.context.driver_name, resolved.type, ref.uid, req.key)
-            return Plan(handler, req, resolved.type, handler.validate(req), cdi_id)
+            key = naming.device_key(device.base_request, device.device, device.share_id)
+            recorded = DeviceRecord(
+                key, device.base_request, device.pool, device.device, device.share_id,
+                resolved.type, resolved.kind, undo={},
+            )  # fmt: skip
+            return self._plan(ref, recorded, resolved.config, injection, published)
         except ConfigError as exc:
             raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
         except DriverError as exc:
             raise DriverError(f"{where}: {exc}") from None
+
+    def replan(self, record: ClaimRecord) -> list[Plan]:
+        """The plans that prepare a recorded claim again from its record, in its mode."""
+        return [
+            self._plan(record.claim, device, recorded_config(record, device), record.injection)
+            for device in record.devices
+        ]
+
+    def _plan(
+        self,
+        ref: ClaimRef,
+        device: DeviceRecord,
+        config: Mapping[str, Any],
+        injection: str,
+        published: Device | None = None,
+    ) -> Plan:
+        """The one place a handler's request is built: from a device's allocation as its
+        record has it (or will), validated by the handler."""
+        handler = self.registry.get(device.type, device.kind)
+        req = DeviceRequest(
+            claim=ref,
+            request=device.request,
+            pool=device.pool,
+            device=device.device,
+            share_id=device.share_id,
+            key=device.key,
+            kind=device.kind,
+            config=config,
+            published=published or self.inventory.lookup(device.device),
+            context=self.context,
+            injection=injection,
+        )
+        cdi_id = device.cdi_device_id or cdi.device_id(
+            self.context.driver_name, device.type, ref.uid, device.key
+        )
+        return Plan(handler, req, device.type, handler.validate(req), cdi_id)
 
 
 def reserve_names(

@@ -29,7 +29,7 @@ from dradriver.base.errors import ClaimError, DriverError, storage_error
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.base.timing import phase
-from dradriver.claims import reconcile, resolution
+from dradriver.claims import resolution
 from dradriver.claims.budget import DEFAULT_CALL_BUDGET, CallGate, Deadline
 from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Fetched
 from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
@@ -126,17 +126,17 @@ class Preparer:
             lambda uid: not os.path.lexists(records.path(uid)),
             link_deletion_delay,
         )
+        self._planner = Planner(context, inventory, schema, registry)
         self.lifecycle = ClaimLifecycle(
             context,
             cdi_dir,
             records,
             registry,
-            inventory,
+            self._planner,
             boot_id or current_boot_id(),
             self.reaper,
         )
         self._pool: ThreadPoolExecutor | None = None
-        self._planner = Planner(context, inventory, schema, registry)
 
     # -- prepare -----------------------------------------------------------------------
 
@@ -328,7 +328,7 @@ class Preparer:
             with phase("records"):
                 record = self.records.load(ref.uid)
         except CorruptRecord as exc:
-            deleted = reconcile.delete_claim_interfaces(ref.uid, self.context.owner)
+            deleted = self.lifecycle.delete_tagged(ref.uid)
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             event(
                 log,

@@ -46,21 +46,6 @@ class Report:
         return self.reprepared_claims + self.finished_claims
 
 
-def owns(tag: naming.Tag | None, owner: str, known_claims: set[str]) -> bool:
-    """Whether this instance owns an interface with `tag`.
-
-    Its own owner ID, or a tag of a driver version before owners were tagged for a claim
-    this instance has a record of. Untagged interfaces are never ours to delete here: a
-    prepare journals the names it will create before creating them, so a crash between
-    creating and tagging is rolled back from the journal.
-    """
-    if tag is None:
-        return False
-    if tag.owner is None:
-        return tag.claim_uid in known_claims
-    return tag.owner == owner
-
-
 def reconcile(
     records: Iterable[ClaimRecord], cdi_dir: Path, driver: str, lifecycle: ClaimLifecycle
 ) -> Report:
@@ -171,7 +156,7 @@ def _delete_leaked_links(owner: str, known: set[str], owned: set[str], report: R
     """Delete interfaces this instance tagged that no prepared record lists."""
     for link in netlink.links():
         tag = naming.parse_ifalias(link.alias)
-        if link.name in owned or not owns(tag, owner, known):
+        if link.name in owned or tag is None or not tag.owned_by(owner, known):
             continue
         try:
             if netlink.delete(link.name):
@@ -219,14 +204,3 @@ def _remove_orphan_specs(cdi_dir: Path, driver: str, prepared: set[str], report:
         except OSError as exc:
             report.problems.append(f"{path}: {exc.strerror}")
             event(log, logging.ERROR, "cannot remove a CDI spec", file=str(path), error=exc)
-
-
-def delete_claim_interfaces(claim_uid: str, owner: str) -> list[str]:
-    """Delete every interface this instance tagged for `claim_uid` (its record is lost)."""
-    deleted = []
-    for link in netlink.links():
-        tag = naming.parse_ifalias(link.alias)
-        mine = tag and tag.claim_uid == claim_uid and owns(tag, owner, {claim_uid})
-        if mine and netlink.delete(link.name):
-            deleted.append(link.name)
-    return deleted

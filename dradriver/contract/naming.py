@@ -83,6 +83,18 @@ class Tag(NamedTuple):
     key: str
     owner: str | None
 
+    def owned_by(self, owner: str, known_claims: set[str]) -> bool:
+        """Whether the instance `owner` owns the interface with this tag.
+
+        Its own owner ID, or a tag of a driver version before owners were tagged for a
+        claim that instance has a record of. Untagged interfaces are never anyone's to
+        delete: a prepare journals the names it will create before creating them, so a
+        crash between creating and tagging is rolled back from the journal.
+        """
+        if self.owner is None:
+            return self.claim_uid in known_claims
+        return self.owner == owner
+
 
 def ifalias(owner: str, claim_uid: str, key: str) -> str:
     """The ifalias tag put on every interface the driver creates, naming its owner."""

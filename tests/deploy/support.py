@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -168,3 +170,34 @@ def admission_request(
 def deployed_classes() -> list[dict[str, Any]]:
     """The DeviceClasses of deploy/, as the API server holds them after `make deploy`."""
     return list(device_classes().values())
+
+
+def generated_objects(driver: str = DRIVER) -> list[dict[str, Any]]:
+    """`dra-driver admission-policy --driver-name DRIVER`'s objects."""
+    res = run_driver("admission-policy", "--driver-name", driver)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "", "the built-in handlers' schema must translate fully"
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def as_installed(
+    objects: list[dict[str, Any]],
+    labels: dict[str, str],
+    failure_policy: str = "Ignore",
+    actions: tuple[str, ...] = ("Deny",),
+) -> list[dict[str, Any]]:
+    """The generator's objects as the chart installs them (its labels, the configPolicy
+    settings), sorted by kind and name."""
+    out = []
+    for obj in copy.deepcopy(objects):
+        obj["metadata"]["labels"] = labels
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            obj["spec"]["failurePolicy"] = failure_policy
+        else:
+            obj["spec"]["validationActions"] = list(actions)
+        out.append(obj)
+    return by_name(out)
+
+
+def by_name(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(objects, key=lambda o: (o["kind"], o["metadata"]["name"]))

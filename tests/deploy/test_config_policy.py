@@ -2,9 +2,8 @@
 code (k8s.io/apiserver v0.36.3, tests/deploy/k8scheck) makes of it.
 
 * The chart's template (templates/config-policy/policies.yaml) is what
-  hack/gen_config_policy.py makes of `dra-driver admission-policy` now, so a schema
-  change that is not regenerated fails; the file, the chart's default rendering
-  (test_helm_chart.py), holds exactly the generator's objects.
+  hack/gen_config_policy.py makes of `dra-driver admission-policy` now, and the file holds
+  exactly the generator's objects: tests/unit/test_generated_files.py (make unit) checks it.
 * It compiles for new expressions in the CEL environment of Kubernetes 1.33 and of the
   library's own version, as a 1.34 and a 1.36 API server require to create it.
 * The table of tests/support/configcases.py: each invalid config is refused, naming its
@@ -22,13 +21,11 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
-from dradriver import admission
 from dradriver.admission.schema import types_of
 from dradriver.base.errors import ConfigError
 from dradriver.claims.resolution import deep_merge
@@ -43,79 +40,17 @@ from tests.deploy.support import (
     admission_request,
     deployed_classes,
     device_classes,
-    docs,
     gen_config_policy,
-    run_driver,
     run_k8scheck,
 )
 from tests.support import configcases as cc
-from tests.support import handlers, thirdparty
+from tests.support import handlers
 from tests.support.fakekernel import FakeKernel
 from tests.support.handlers import virtual_device
 
 POLICY = DEPLOY / "config-policy.yaml"
 SCHEMA = ConfigSchema(HandlerRegistry(), DRIVER)
 KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
-
-
-def generated_objects(driver: str = DRIVER) -> list[dict[str, Any]]:
-    """`dra-driver admission-policy --driver-name DRIVER`'s objects."""
-    res = run_driver("admission-policy", "--driver-name", driver)
-    assert res.returncode == 0, res.stderr
-    assert res.stderr == "", "the built-in handlers' schema must translate fully"
-    return [d for d in yaml.safe_load_all(res.stdout) if d]
-
-
-def as_installed(
-    objects: list[dict[str, Any]],
-    labels: dict[str, str],
-    failure_policy: str = "Ignore",
-    actions: tuple[str, ...] = ("Deny",),
-) -> list[dict[str, Any]]:
-    """The generator's objects as the chart installs them (its labels, the configPolicy
-    settings), sorted by kind and name."""
-    out = []
-    for obj in copy.deepcopy(objects):
-        obj["metadata"]["labels"] = labels
-        if obj["kind"] == "ValidatingAdmissionPolicy":
-            obj["spec"]["failurePolicy"] = failure_policy
-        else:
-            obj["spec"]["validationActions"] = list(actions)
-        out.append(obj)
-    return by_name(out)
-
-
-def by_name(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(objects, key=lambda o: (o["kind"], o["metadata"]["name"]))
-
-
-def test_the_chart_template_is_the_generators_output():
-    """A handler's schema change fails here until `make config-policy` regenerates it."""
-    gcp = gen_config_policy()
-    objects, warnings = gcp.placeholder_objects()
-    assert warnings == "", "the built-in handlers' schema must translate fully"
-    diff = gcp.difference(gcp.template(objects), gcp.TEMPLATE.read_text())
-    assert not diff, f"the chart's config-policy template is stale: run make config-policy\n{diff}"
-
-
-def test_a_schema_change_makes_the_template_stale():
-    """The check above can fail: a third-party kind gives another template."""
-    gcp = gen_config_policy()
-
-    def with_fpga(driver: str) -> tuple[str, str]:
-        built = admission.build(ConfigSchema(thirdparty.registry(), driver), driver)
-        return admission.render(built, admission.header(driver)), ""
-
-    objects, _ = gcp.placeholder_objects(with_fpga)
-    diff = gcp.difference(gcp.template(objects), gcp.TEMPLATE.read_text())
-    assert "'bitstream'" in diff, diff[:2000]
-
-
-def test_the_file_holds_the_generators_policies():
-    """deploy/config-policy.yaml, rendered from the chart, is the generator's output for
-    dra.example.com object for object (with the chart's labels)."""
-    labels = {"app.kubernetes.io/name": "dra-driver", "app.kubernetes.io/instance": "dra-driver"}
-    assert by_name(docs(POLICY)) == as_installed(generated_objects(), labels)
 
 
 def test_the_template_takes_the_driver_name_only_where_it_can_quote_it():

@@ -5,6 +5,7 @@ another distribution could also claim)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -36,9 +37,19 @@ def test_entry_points_name_the_installed_package():
 
 
 def test_wheel_holds_dradriver_only(tmp_path):
+    # Built from a copy: setuptools writes its build files next to the sources, and the
+    # checkout may not be writable (make unit runs as an unprivileged user).
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    for folder in ("dradriver", "handlers"):
+        shutil.copytree(
+            ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     res = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(ROOT)],
+         "-w", str(tmp_path), str(source)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr

@@ -229,3 +229,80 @@ def test_a_plugin_that_cannot_be_loaded_is_named(tmp_path):
 def test_no_plugin_installed_is_an_error_that_says_so():
     with pytest.raises(RegistryError, match="no handler plugin is installed"):
         HandlerRegistry({}, entry_points=False)
+
+
+# -- a plugin written against the import paths of 0.1 (kept for one release) ------------
+
+OLD_PATHS_MODULE = """
+from dradriver import naming, netlink
+from dradriver.errors import ConfigError
+from dradriver.hookspecs import Device, Prepared, Validated, hookimpl
+from dradriver.kit import netconfig
+
+
+class OldHandler:
+    type = "old"
+    kinds = ("gadget",)
+
+    def schema(self, kind):
+        return {"properties": {"kind": {"type": "string"}}}
+
+    def validate(self, req):
+        return Validated()
+
+    def prepare(self, req):
+        edits = netconfig.net_devices_edit(naming.host_ifname("uid", "key", "c"), "net1")
+        return Prepared(edits=edits, undo={"link": netlink.Link.__name__})
+
+    def unprepare(self, undo):
+        raise ConfigError("never called here")
+
+
+@hookimpl
+def dradriver_handlers():
+    return [OldHandler()]
+
+
+@hookimpl
+def dradriver_discover(context):
+    return [Device("gadget-0", {"type": "old", "kind": "gadget"})]
+"""
+
+OLD_PATHS_RUN = TABLE + (
+    "handler = reg.get('old', 'gadget')\n"
+    "print(json.dumps(handler.prepare(None).edits))\n"
+    "import dradriver.hookspecs, dradriver.contract.hookspecs, dradriver.rtnl.wire\n"
+    "import dradriver.kernel.rtnl.wire\n"
+    "print(json.dumps([dradriver.hookspecs is dradriver.contract.hookspecs,\n"
+    "    dradriver.rtnl.wire is dradriver.kernel.rtnl.wire]))\n"
+)
+
+
+def test_a_plugin_written_against_the_old_import_paths_still_loads_and_works(tmp_path):
+    """0.1's module paths (dradriver.hookspecs, dradriver.netlink, netconfig's link
+    helpers) resolve to the moved modules, the same objects, with a DeprecationWarning."""
+    (tmp_path / "oldplugin.py").write_text(OLD_PATHS_MODULE)
+    _distribution(tmp_path, "old_plugin", "[dradriver.handlers]\nold = oldplugin\n")
+    (tmp_path / "sys").mkdir()
+    res = subprocess.run(
+        [sys.executable, "-W", "always::DeprecationWarning", "-c", OLD_PATHS_RUN,
+         str(tmp_path / "sys")],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    table, edits, same = (json.loads(line) for line in res.stdout.splitlines())
+    assert "old" in table["plugins"] and "gadget-0" in table["devices"]
+    [move] = edits["netDevices"]
+    assert move == {"name": "net1", "hostInterfaceName": "drcbgigevg2727e"}
+    assert same == [True, True]
+    for old, new in [
+        ("dradriver.hookspecs", "dradriver.contract.hookspecs"),
+        ("dradriver.errors", "dradriver.base.errors"),
+        ("dradriver.netlink", "dradriver.kernel.netlink"),
+        ("dradriver.kit.netconfig.net_devices_edit", "dradriver.kit.links.net_devices_edit"),
+    ]:
+        assert f"{old} moved to {new}" in res.stderr
