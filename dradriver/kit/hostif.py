@@ -21,8 +21,7 @@ from dradriver.contract import naming
 from dradriver.contract.hookspecs import DeviceRequest, HandlerContext, NetworkData
 from dradriver.kernel import netlink
 from dradriver.kit import netconfig, sysfs
-from dradriver.kit.links import configure
-from dradriver.kit.netconfig import NetConfig
+from dradriver.kit.netconfig import NetConfig, configure
 
 PROC = Path("/proc")
 _KERNEL_FALLBACK_NAME = re.compile(r"dev[0-9]+")

@@ -1,26 +1,26 @@
-"""The links the driver makes for a netdev device: their names and tags, creating and
-configuring them, the undo payload that deletes them, and what the NRI mode moves.
+"""The links the driver makes for a netdev device: their names and tags, creating them,
+the undo payload that deletes them, and where a claim's addresses go.
 
 Links the driver creates get a deterministic host name (`naming.host_ifname`) and an
 ifalias tag naming their owner (`naming.ifalias`), are configured while down on the
 host, and are moved into the container by the runtime (CDI netDevices) or into the pod
 sandbox's namespace by the driver (NRI). In NRI mode the host never holds a claim's
 addresses: they, the routes and the sysctls are applied inside the pod after the move
-(`pod_interface` describes it).
+(`netconfig.pod_interface` describes it). A link is configured from the claim's config by
+`netconfig.configure`.
 """
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dradriver.base.errors import DeviceError
 from dradriver.contract import naming
-from dradriver.contract.hookspecs import NRI, DeviceRequest, PodInterface
+from dradriver.contract.hookspecs import NRI, DeviceRequest
 from dradriver.kernel import linkreaper, netlink
-from dradriver.kit.netconfig import NetConfig
 
 
 @dataclass(frozen=True)
@@ -75,39 +75,9 @@ def clear_leftover(name: str, alias: str) -> None:
     netlink.delete(name)
 
 
-def configure(
-    link: netlink.Link, cfg: NetConfig, alias: str | None, addresses: bool = True
-) -> str | None:
-    """Tag, set MTU/MAC and (unless not `addresses`: NRI mode) add addresses on a down
-    host-side link; return its MAC."""
-    attrs: dict[str, Any] = {}
-    if alias is not None:
-        attrs["ifalias"] = alias
-    if cfg.mtu is not None:
-        attrs["mtu"] = cfg.mtu
-    if cfg.mac is not None:
-        attrs["address"] = cfg.mac
-    if attrs:
-        netlink.set_link(link, f"configure {link.name} ({', '.join(sorted(attrs))})", **attrs)
-    for ip in cfg.ips if addresses else ():
-        netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, link.name)
-    return cfg.mac or link.address
-
-
 def on_host(req: DeviceRequest) -> bool:
     """Whether a claim's addresses go on the host side (CDI mode) or only into the pod."""
     return req.injection != NRI
-
-
-def pod_interface(
-    host: str, cfg: NetConfig, addresses: Sequence[str] | None = None, returns: bool = False
-) -> PodInterface:
-    """What the NRI mode moves and applies in the pod for one interface (`addresses`:
-    all it should hold there, default the config's; `returns`: a physical interface)."""
-    ips = tuple(addresses) if addresses is not None else tuple(str(ip) for ip in cfg.ips)
-    return PodInterface(
-        host, cfg.interface_name, ips, cfg.routes, cfg.pod_sysctls(), returns=returns
-    )
 
 
 def create(

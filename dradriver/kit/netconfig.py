@@ -1,4 +1,5 @@
-"""What every netdev config shares: its fields, their schema fragments and their checks.
+"""What every netdev config shares: its fields, their schema fragments and their checks,
+configuring a down link from it, and what the NRI mode applies in the pod.
 
 A claim's addresses, routes and sysctls go on the host side of a link in CDI mode (routes
 and sysctls are refused there) and only inside the pod in NRI mode. The links themselves
@@ -7,7 +8,6 @@ are made by `dradriver.kit.links`.
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import warnings
 from collections.abc import Mapping, Sequence
@@ -21,12 +21,13 @@ from dradriver.contract.hookspecs import (
     NRI,
     DeviceRequest,
     NetworkData,
+    PodInterface,
     PodRoute,
     PodSysctl,
     Validated,
 )
 from dradriver.kernel import netlink
-from dradriver.kit import hostaddr
+from dradriver.kit import hostaddr, links
 
 DEFAULT_INTERFACE_NAME = "eth1"
 # Schema patterns are plain regular expressions that Python and RE2 (CEL in the admission
@@ -315,11 +316,41 @@ def check_ipv6_mtu(cfg: NetConfig, path: str, mtu: int) -> None:
         raise ConfigError.many(issues)
 
 
+def configure(
+    link: netlink.Link, cfg: NetConfig, alias: str | None, addresses: bool = True
+) -> str | None:
+    """Tag, set MTU/MAC and (unless not `addresses`: NRI mode) add addresses on a down
+    host-side link; return its MAC."""
+    attrs: dict[str, Any] = {}
+    if alias is not None:
+        attrs["ifalias"] = alias
+    if cfg.mtu is not None:
+        attrs["mtu"] = cfg.mtu
+    if cfg.mac is not None:
+        attrs["address"] = cfg.mac
+    if attrs:
+        netlink.set_link(link, f"configure {link.name} ({', '.join(sorted(attrs))})", **attrs)
+    for ip in cfg.ips if addresses else ():
+        netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, link.name)
+    return cfg.mac or link.address
+
+
+def pod_interface(
+    host: str, cfg: NetConfig, addresses: Sequence[str] | None = None, returns: bool = False
+) -> PodInterface:
+    """What the NRI mode moves and applies in the pod for one interface (`addresses`:
+    all it should hold there, default the config's; `returns`: a physical interface)."""
+    ips = tuple(addresses) if addresses is not None else tuple(str(ip) for ip in cfg.ips)
+    return PodInterface(
+        host, cfg.interface_name, ips, cfg.routes, cfg.pod_sysctls(), returns=returns
+    )
+
+
 # 0.1 kept the link helpers here; they moved to dradriver.kit.links (removed in 0.3).
 _MOVED_TO_LINKS = frozenset(
     {
-        "CreatedLinks", "host_name", "tag", "clear_leftover", "configure", "on_host",
-        "pod_interface", "create", "net_devices_edit", "delete_own",
+        "CreatedLinks", "host_name", "tag", "clear_leftover", "on_host", "create",
+        "net_devices_edit", "delete_own",
     }
 )  # fmt: skip
 
@@ -333,5 +364,4 @@ def __getattr__(name: str) -> Any:
         DeprecationWarning,
         stacklevel=2,
     )
-    # Looked up by name: links imports this module, and the shim goes in 0.3.
-    return getattr(importlib.import_module("dradriver.kit.links"), name)
+    return getattr(links, name)

@@ -97,7 +97,7 @@ class RoceHandler:
             edits=edits,
             undo=RoceUndo(claimed).to_json(),
             network_data=network_data,
-            pod_interfaces=(links.pod_interface(ifname, cfg, network_data.ips, returns=True),),
+            pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
             pod_rdma=(dev.name,) if exclusive else (),
         )
 

@@ -101,7 +101,7 @@ class HostDeviceHandler:
             edits=links.net_devices_edit(ifname, cfg.interface_name),
             undo=undo.to_json(),
             network_data=network_data,
-            pod_interfaces=(links.pod_interface(ifname, cfg, network_data.ips, returns=True),),
+            pod_interfaces=(netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True),),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:

@@ -193,7 +193,7 @@ class SriovVfHandler:
                 wrap=lambda c: SriovUndo(vf_undo, c).to_json(),
                 on_host=links.on_host(req),
             )
-        inside = links.pod_interface(ifname, cfg, network_data.ips, returns=True)
+        inside = netconfig.pod_interface(ifname, cfg, network_data.ips, returns=True)
         if cfg.mac:
             network_data = cfg.network_data(cfg.mac)
         return Prepared(

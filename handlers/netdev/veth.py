@@ -44,7 +44,7 @@ class VethHandler(VirtualLinkHandler):
             undo.append(lambda: netlink.delete(outer))
             host_end = netlink.require(outer, "veth host end")
             netlink.set_link(host_end, f"tag {outer}", ifalias=alias)
-            mac = links.configure(link, cfg, alias, addresses=links.on_host(req))
+            mac = netconfig.configure(link, cfg, alias, addresses=links.on_host(req))
             if "bridge" in req.config:
                 bridge = require_allowed_parent(req, req.config["bridge"], "bridge")
                 netlink.set_link(
@@ -56,5 +56,5 @@ class VethHandler(VirtualLinkHandler):
             network_data=cfg.network_data(mac),
             created_interfaces=(inner, outer),
             host_interfaces=(outer,),
-            pod_interfaces=(links.pod_interface(inner, cfg),),
+            pod_interfaces=(netconfig.pod_interface(inner, cfg),),
         )

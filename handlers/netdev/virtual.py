@@ -103,13 +103,13 @@ class VirtualLinkHandler:
         with netlink.rollback() as undo:
             link = links.create(req, name, req.kind, **self.link_attrs(req))
             undo.append(lambda: netlink.delete(name))
-            mac = links.configure(link, cfg, alias, addresses=links.on_host(req))
+            mac = netconfig.configure(link, cfg, alias, addresses=links.on_host(req))
         return Prepared(
             edits=links.net_devices_edit(name, cfg.interface_name),
             undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(name,),
-            pod_interfaces=(links.pod_interface(name, cfg),),
+            pod_interfaces=(netconfig.pod_interface(name, cfg),),
         )
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
