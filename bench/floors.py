@@ -53,7 +53,7 @@ def set_floor(ns: str, n: int) -> list[float]:
 
 def files_floor(n: int, where: Path) -> tuple[list[float], list[float]]:
     """The files a prepare writes and an unprepare removes, as the driver does it
-    (design.md, "What is fsynced"): two atomic writes without fsync (CDI spec, record);
+    (docs/crash-safety.md, "What is fsynced"): two atomic writes without fsync (CDI spec, record);
     then the spec removed plainly and the record durably."""
     writes, removes = [], []
     with tempfile.TemporaryDirectory(dir=where) as d:  # the same disk as the driver

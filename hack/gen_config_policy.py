@@ -68,7 +68,7 @@ installs the operator's policies instead.
 {{- $yamlDriver := include "dra-driver.yamlQuotedContent" .Values.driverName }}
 # Admission policies that refuse, when they are created, the ResourceClaims,
 # ResourceClaimTemplates and DeviceClasses whose opaque config for {{ $yamlDriver }}
-# the driver would refuse (design.md, "Opaque config at admission"). Generated from the
+# the driver would refuse (docs/deployment.md, "Opaque config at admission"). Generated from the
 # handlers' config schema (`make config-policy`); with third-party handlers, see
 # configPolicy.generated in values.yaml.
 """

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from dradriver.base.timing import PhaseClock
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# Kubelet calls: fine at the low end, where the latency targets are (design.md).
+# Kubelet calls: fine at the low end, where the latency targets are (docs/performance.md).
 _CALL_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0)
 
 

@@ -7,7 +7,7 @@ the commit point. A failure before the commit undoes what the claim created; a c
 before it leaves a journal that start-up reconciliation rolls back. None of these writes
 is fsynced: they must survive a crash of this process, and what they describe does not
 survive a crash of the machine. Only the removal of a record at unprepare is durable
-(design.md, "What is fsynced").
+(docs/crash-safety.md, "What is fsynced").
 
 A committed record is kept true: `is_intact` says when it no longer is (the machine
 rebooted, a spec file or a host interface it names is gone), `restore_specs` writes
@@ -138,7 +138,7 @@ class ClaimLifecycle:
             record.phase = PREPARED
             with phase("commit"):
                 # The commit point. Not fsynced, like the journal: what it describes
-                # does not outlive the machine (design.md, "What is fsynced").
+                # does not outlive the machine (docs/crash-safety.md, "What is fsynced").
                 self.records.save(record, durable=False)
         except BaseException:
             self.undo(ref, [(p.handler, pr.undo) for p, pr in done])

@@ -1,6 +1,6 @@
 """Which interface addresses a claim may ask for: the rules, without any I/O.
 
-A claim's `ipAddresses` are checked in three steps (design.md, "Claim addresses"):
+A claim's `ipAddresses` are checked in three steps (docs/configuration.md, "Claim addresses"):
 
 1. Form, everywhere (the config schema's `cidr` format, also `dra-driver validate-config`):
    an address and a decimal prefix length, written canonically, no zone, and a unicast

@@ -6,7 +6,7 @@ Errors name the file the caller wanted to write, not the temp file, so an operat
 Per-claim files are named by plain strings (`StrPath`), never built with pathlib on the
 hot path: pathlib interns every part of every path it parses (CPython 3.11, 3.12), and
 claim UIDs passing through the interpreter's table of interned strings made it resize
-once for good, 0.9 MB of resident memory (design.md, "Where a call's time goes").
+once for good, 0.9 MB of resident memory (docs/performance.md, "Resident memory").
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def spec_file(cdi_dir: StrPath, name: str) -> str:
 def write_spec(path: StrPath, spec: Mapping[str, Any]) -> None:
     """Write a spec atomically (readers never see a partial file); not fsynced: a spec
     describes kernel objects that a crash of the machine destroys, and after a reboot
-    specs are written again (design.md, "What is fsynced")."""
+    specs are written again (docs/crash-safety.md, "What is fsynced")."""
     data = json.dumps(spec, sort_keys=True).encode() + b"\n"  # one line: the C encoder
     write_atomic(path, data, durable=False)
 

@@ -6,7 +6,7 @@ journal written before a handler changes a pre-existing object (e.g. a host NIC)
 crash half-way can be undone at the next start.
 
 Versions, so that an old and a new instance can share the directory during a rolling
-update in either direction (design.md, "Record versions"):
+update in either direction (docs/crash-safety.md, "Record versions"):
 
 - `version` is the oldest record format whose readers can act on the record correctly;
   `writer` is the format of the instance that wrote it. This code writes format FORMAT

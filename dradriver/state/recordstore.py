@@ -2,7 +2,7 @@
 
 Files only: the record format and its version rules are `records.py`. Entries that are
 not records are never followed (symlinks), never block (FIFOs) and never stop the driver:
-they are quarantined or reported (design.md, "Record versions", "Crash safety").
+they are quarantined or reported (docs/crash-safety.md).
 """
 
 from __future__ import annotations

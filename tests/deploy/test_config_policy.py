@@ -8,7 +8,7 @@ code (k8s.io/apiserver v0.36.3, tests/deploy/k8scheck) makes of it.
   library's own version, as a 1.34 and a 1.36 API server require to create it.
 * The table of tests/support/configcases.py: each invalid config is refused, naming its
   fields, in a ResourceClaim, a ResourceClaimTemplate and (where a DeviceClass alone shows
-  it) a DeviceClass; each valid one and every example of deploy/ and README.md is
+  it) a DeviceClass; each valid one and every example of deploy/, README.md and docs/ is
   accepted; nothing is refused by an evaluation error.
 * Configs of other drivers are never looked at; DeviceClass updates are checked only when
   their config changes; firstAvailable subrequests merge with their own class.
@@ -149,6 +149,7 @@ def test_every_example_of_deploy_and_readme_is_accepted(k8scheck):
         "multi-nic-deployment.yaml",
         "resourceclass.yaml",
         "README.md",
+        "docs/configuration.md",
     } <= sources
     assert len(examples) >= 8, [e.source for e in examples]
     results = run_k8scheck(

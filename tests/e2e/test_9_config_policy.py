@@ -4,7 +4,7 @@ running deploy/config-policy.yaml (applied with the other manifests at session s
 The table of tests/support/configcases.py: every invalid config is refused for a
 ResourceClaim, a ResourceClaimTemplate and (where a class alone shows it) a DeviceClass,
 with a message naming each bad field by its JSON path, and nothing is stored; every
-valid config and every example of deploy/ and README.md is created; other drivers'
+valid config and every example of deploy/, README.md and docs/ is created; other drivers'
 configs are not looked at.
 """
 
@@ -205,12 +205,12 @@ def test_configs_of_other_drivers_are_untouched(cluster: Cluster, kns: str) -> N
 
 
 def test_kubectl_apply_shows_the_message_the_readme_quotes(cluster: Cluster, kns: str) -> None:
-    """What a user sees, exactly as README.md quotes it."""
+    """What a user sees, exactly as docs/deployment.md quotes it."""
     claim = cc.claim("data-net", [cc.nd(kind="macvlna", parent="eth0", mtu=70000)])
     claim["metadata"]["namespace"] = kns
     res = cluster.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(claim), check=False)
     assert res.returncode != 0
-    readme = (cc.ROOT / "README.md").read_text()
+    readme = (cc.ROOT / "docs" / "deployment.md").read_text()
     [quoted] = [
         line for line in readme.splitlines() if line.startswith('The resourceclaims "data-net"')
     ]

@@ -1,4 +1,4 @@
-"""The invariants the fault suite checks after every fault (design.md, "Crash safety")."""
+"""The invariants the fault suite checks after every fault (docs/crash-safety.md)."""
 
 from __future__ import annotations
 

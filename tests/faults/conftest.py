@@ -2,7 +2,7 @@
 
 What a node really does to the driver: SIGKILL at any moment, broken disks, a slow or
 failing API server, a second instance, hostile claim configs. Each test states the
-invariant it checks; design.md ("Crash safety", "What the fault suite proves") lists them.
+invariant it checks; docs/crash-safety.md ("What the fault suite proves") lists them.
 The real daemon runs in a throw-away network namespace against the API stand-in, with
 the fixtures of the integration tier; `proxy` and `start_proxied` put a fault-injecting
 HTTP proxy (tests/support/apiproxy.py) between the daemon and the stand-in.

@@ -1,7 +1,7 @@
 """Adversarial opaque configs for the property tests, with what each one must be refused for.
 
 A generated config is a `Case`: the parameters object and, as an oracle kept apart from
-the driver's code (written from README's opaque config reference), the JSON paths the
+the driver's code (written from docs/configuration.md's opaque config reference), the JSON paths the
 driver must name: `form` (anywhere: the schema, `dra-driver validate-config`) and `node`
 (at prepare, on the fuzz node below: outside its ranges, or what the node uses). A case
 with `exact` set was built only from values whose verdict is known, so it must be
@@ -141,7 +141,7 @@ BAD_MACS = st.one_of(
     ),
 )
 GOOD_MTUS = st.integers(68, 65535)
-# README: an integer is a JSON integer (as the API server reads one): 1500.0 is not.
+# docs/configuration.md: an integer is a JSON integer (as the API server reads one): 1500.0 is not.
 BAD_NUMBERS = st.sampled_from(
     [0, 67, -1, 65536, 2**31, 2**64, 10**30, 1.5, 1500.0, 9000.0, True, False, 1e300]
 )
@@ -423,7 +423,7 @@ def netdev_case(
     roll = _mutate(draw, case, max_depth)
     if roll in (0, 2, 3) or netdev.get("kind") not in ALL_KINDS:
         return case  # too deep, or no longer validated as a netdev object of a known kind
-    # README: an IPv6 address needs an mtu of at least 1280; the node checks it (the MTU
+    # docs/configuration.md: an IPv6 address needs an mtu >= 1280; the node checks it (the MTU
     # may be inherited), so a valid mtu below it is the node's verdict, not the schema's.
     mtu, ips = netdev.get("mtu"), netdev.get("ipAddresses")
     valid_mtu = isinstance(mtu, int) and not isinstance(mtu, bool) and 68 <= mtu < 1280

@@ -303,7 +303,7 @@ def test_real_roce_moves_the_rxe_netdev_and_gives_it_back(rxe, in_ns):
         seen = seen_in(pod, "roce0")
         assert seen.mtu == 1400 and sorted(seen.addresses) == ["10.50.0.1/24", "10.60.0.2/24"]
         # Soft-RoCE only: rxe unregisters when its netdev leaves the namespace (a real
-        # RoCE NIC keeps its RDMA device, whose GIDs follow the netdev). See design.md.
+        # RoCE NIC keeps its RDMA device, whose GIDs follow the netdev). See docs/known-limits.md.
         return_to_host(pod, in_ns, "roce0")
     finally:
         netns.delete(pod)

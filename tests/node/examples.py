@@ -21,7 +21,7 @@ from tests.support import kernel
 
 EXAMPLE_FILES = (DEPLOY / "deployment.yaml", DEPLOY / "multi-nic-deployment.yaml")
 STAND_IN_KIND = "veth"
-# The fields every netdev kind has (README, opaque config reference): what a stand-in
+# The fields every netdev kind has (docs/configuration.md, opaque config reference): what a stand-in
 # veth keeps of the original's config (a macvlan's parent and mode would be refused).
 COMMON_FIELDS = ("interfaceName", "mtu", "macAddress", "ipAddresses")
 

@@ -1,4 +1,4 @@
-"""The container-restart limit of CDI mode (design.md, "Known limits"), on the real
+"""The container-restart limit of CDI mode (docs/known-limits.md), on the real
 runtime, with the driver in `--injection cdi` (what a node without NRI gets): a
 container that references a netdev claim and restarts is never started again (runc
 cannot find the host interface it moved the first time: `move netDevice`); a container

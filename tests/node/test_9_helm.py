@@ -2,7 +2,7 @@
 (hack/build-helm.sh) against the node's API server, its driver registered with the real
 kubelet, and pods of the chart's DeviceClass given their interface by the real runtime.
 
-The chart's DaemonSet cannot run here: there is no driver image (design.md, "The local
+The chart's DaemonSet cannot run here: there is no driver image (docs/testing.md, "The local
 node"). Its nodeSelector therefore matches no node, and its driver runs as the node
 tier's does, a host process with a stand-in pod's identity (tests/node/driver.py), but
 from exactly the environment the release renders for the DaemonSet's container (every

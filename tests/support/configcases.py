@@ -1,13 +1,13 @@
 """Opaque configs the admission policy (deploy/config-policy.yaml) must judge as the driver
 does: the invalid ones of tests/unit/test_config.py and adversarial ones, each with the
-fields its refusal must name, and the valid examples of deploy/ and README.md, read from
-those files. tests/deploy/test_config_policy.py runs them through Kubernetes' own CEL
+fields its refusal must name, and the valid examples of deploy/, README.md and docs/, read
+from those files. tests/deploy/test_config_policy.py runs them through Kubernetes' own CEL
 code, tests/e2e/test_9_config_policy.py through a real API server.
 
 A case is the list of config parameters of one claim (or DeviceClass); `paths` are the
 fields a refusal must name, written `[i].a.b` for `<config list>[i].opaque.parameters.a.b`
 of the object, and `class[i].a.b` for config i of the case's own DeviceClass. `node`
-marks a config valid in form that only the node refuses (design.md, "What only the node
+marks a config valid in form that only the node refuses (docs/deployment.md, "What only the node
 can check"): the policy and `dra-driver validate-config` accept it, the handlers refuse
 it at prepare on NODE, naming those fields.
 """
@@ -453,7 +453,7 @@ def cases() -> list[Case]:
 
 @dataclass(frozen=True)
 class Example:
-    """An object of deploy/ or README.md with opaque config of ours (applied as it is)."""
+    """An object of deploy/, README.md or docs/ with opaque config of ours (applied as it is)."""
 
     source: str
     obj: dict[str, Any] = field(hash=False)
@@ -461,23 +461,24 @@ class Example:
 
 def examples() -> list[Example]:
     """Every DeviceClass, claim and claim template with config of ours in deploy/*.yaml,
-    every such object in README.md's yaml blocks, and README's inline config examples
-    (`{type: ...}` spans without placeholders) as claims of their type's class."""
+    every such object in the yaml blocks of README.md and docs/*.md, and their inline config
+    examples (`{type: ...}` spans without placeholders) as claims of their type's class."""
     out = []
     for path in sorted((ROOT / "deploy").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and _has_our_config(doc):
                 out.append(Example(f"{path.name}: {doc['kind']}/{doc['metadata']['name']}", doc))
-    readme = (ROOT / "README.md").read_text()
-    for block in re.findall(r"```yaml\n(.*?)```", readme, re.S):
-        for doc in yaml.safe_load_all(block):
-            if doc and _has_our_config(doc):
-                out.append(Example(f"README.md: {doc['kind']}/{doc['metadata']['name']}", doc))
-    for span in re.findall(r"`(\{[^`]+\})`", readme):
-        params = yaml.safe_load(span)
-        if isinstance(params, dict) and "type" in params and not _has_null(params):
-            name = f"readme-{len(out)}"
-            out.append(Example(f"README.md: `{span}`", claim(name, [params], params["type"])))
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text, where = page.read_text(), page.relative_to(ROOT)
+        for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+            for doc in yaml.safe_load_all(block):
+                if doc and _has_our_config(doc):
+                    out.append(Example(f"{where}: {doc['kind']}/{doc['metadata']['name']}", doc))
+        for span in re.findall(r"`(\{[^`]+\})`", text):
+            params = yaml.safe_load(span)
+            if isinstance(params, dict) and "type" in params and not _has_null(params):
+                name = f"readme-{len(out)}"
+                out.append(Example(f"{where}: `{span}`", claim(name, [params], params["type"])))
     return out
 
 
