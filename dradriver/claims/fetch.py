@@ -1,6 +1,6 @@
 """Fetching the ResourceClaims of a kubelet call: side by side, outside the lock, in budget.
 
-A call has a budget (calls.py). The claims of a batch are fetched concurrently by a few workers,
+A call has a budget (budget.py). The claims of a batch are fetched concurrently by a few workers,
 each GET bounded by what is left of the budget; a claim not fetched in time gets an
 error naming it, the API server and the budget, and the kubelet retries. Fetching never
 happens under the serialisation lock, so a slow API server delays only the calls that

@@ -6,7 +6,7 @@ object before any kernel work, and commit (lifecycle.py: journal, kernel objects
 specs, then the record). Unprepare works from the record alone. One claim's failure is
 its own error string, never the call's.
 
-Each call has a budget (calls.py). The claims a call needs from the API are fetched
+Each call has a budget (budget.py). The claims a call needs from the API are fetched
 first, side by side and outside the serialisation lock; the lock is held only for local
 work (records, kernel, CDI specs), so a slow API server never delays an unprepare.
 Once the gate drains (SIGTERM), calls refuse the claims they have not begun.

@@ -1,7 +1,7 @@
 """The NRI mode's pod sandbox events: interfaces into a sandbox's namespace, and back.
 
 Implements the NRI layer's SandboxHandler (dradriver.nri; this module does not import
-it). A pod's claims come from the pod index (`records.claims_of_pod`, built from the
+it). A pod's claims come from the pod index (`RecordStore.claims_of_pod`, built from the
 claims' `status.reservedFor` at prepare) and their records; only claims prepared in NRI
 mode with something to move are touched. All state is in the records (`placement`), so
 another instance (a rolling update: the runtime calls both plugins for every event) and

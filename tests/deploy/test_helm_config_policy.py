@@ -26,11 +26,14 @@ from dradriver.contract.config import ConfigSchema
 from tests.deploy.support import (
     DRIVER,
     admission_request,
+    as_installed,
+    by_name,
     deployed_classes,
     gen_manifests,
+    generated_objects,
     run_k8scheck,
 )
-from tests.deploy.test_config_policy import _table, as_installed, by_name, generated_objects
+from tests.deploy.test_config_policy import _table
 from tests.support import configcases as cc
 from tests.support import thirdparty
 from tests.support.helm import helm_binary
