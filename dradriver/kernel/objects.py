@@ -8,7 +8,7 @@ Data only: the netlink facade (`dradriver.kernel.netlink`) and its rtnetlink bac
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 from dradriver.base.errors import DeviceError
@@ -56,6 +56,9 @@ class Route:
     table: int
     gateways: tuple[str, ...] = ()  # every next hop's gateway (multipath, via)
     oif: int | None = None
+    # The route's priority; not part of its identity in comparisons (the checks of
+    # addresses look at destinations and gateways only).
+    metric: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -334,8 +334,8 @@ class FakeKernel:
             out = [r for r in self.static_routes if r.oif is None or r.oif in indexes]
         else:
             out = [
-                Route(dst, "unicast", _MAIN_TABLE, (gw,) if gw else (), oif)
-                for dst, gw, _, oif in ns.added_routes
+                Route(dst, "unicast", _MAIN_TABLE, (gw,) if gw else (), oif, _metric(dst, m))
+                for dst, gw, m, oif in ns.added_routes
                 if oif in indexes
             ]
         for link in table.values():
@@ -443,7 +443,10 @@ class FakeKernel:
         ns = self._ns(self.inside())
         assert ns is not None, "the driver adds routes only inside pods"
         link = self._by_index(index)
-        if any(d == destination and (m or 0) == (metric or 0) for d, _, m, _ in ns.added_routes):
+        if any(
+            d == destination and _metric(d, m) == _metric(destination, metric)
+            for d, _, m, _ in ns.added_routes
+        ):
             raise NetlinkError("exists", errno.EEXIST)
         if gateway is not None:
             gw = ipaddress.ip_address(gateway)
@@ -529,3 +532,10 @@ def counting(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., A
         return fn(path, *args, **kwargs)
 
     return wrapped
+
+
+def _metric(destination: str, metric: int | None) -> int:
+    """A route's metric as the kernel keeps it (added without one: IPv6 1024, IPv4 0)."""
+    if metric is not None:
+        return metric
+    return 1024 if ":" in destination else 0
