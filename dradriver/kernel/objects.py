@@ -45,6 +45,9 @@ class Link:
     link_type: int  # ARPHRD_*: 1 Ethernet, 32 InfiniBand
     min_mtu: int = 0  # the device's MTU limits as the kernel reports them (0: none)
     max_mtu: int = 0
+    # The hardware's own address (IFLA_PERM_ADDRESS: physical NICs and VFs; None for
+    # virtual links): what no configuration changes, so it identifies a NIC.
+    permanent_address: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class FakeLink:
     addresses: set[tuple[str, int]] = field(default_factory=set)
     min_mtu: int = 68
     max_mtu: int = 65535
+    permanent: str | None = None  # a NIC's own hardware address (None: virtual, or none)
 
     @property
     def physical(self) -> bool:
@@ -74,6 +75,7 @@ class FakeLink:
             self.link_type,
             self.min_mtu,
             self.max_mtu,
+            self.permanent,
         )
 
 
@@ -172,6 +174,8 @@ class FakeKernel:
 
     def add(self, name: str, kind: str | None = None, **attrs: Any) -> FakeLink:
         attrs.setdefault("address", self._new_mac())
+        if kind is None:  # a NIC of the node: its hardware has an address of its own
+            attrs.setdefault("permanent", attrs["address"])
         link = FakeLink(next(self._index), name, kind, **attrs)
         self.table[name] = link
         return link

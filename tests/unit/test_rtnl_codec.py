@@ -377,3 +377,11 @@ def test_changes_and_vf_settings_encode_byte_for_byte_as_pyroute2_does():
     theirs = [("IFLA_VFINFO_LIST", {"attrs": [("IFLA_VF_INFO", {"attrs": vf})]})]
     settings = VfSettings(mac="02:00:00:00:00:07", vlan=100, spoofchk=False, trust=True)
     assert links.set_vf(3, 2, settings)[2] == _pyroute2(theirs, index=3)
+
+
+def test_a_nics_permanent_address_is_read_and_none_where_the_kernel_reports_zeros():
+    header = struct.pack("=BxHiII", 0, 1, 3, 0, 0) + _nla(3, b"eth9\0")
+    perm = _nla(54, bytes.fromhex("0200000000a1"))
+    assert links.parse(header + perm).permanent_address == "02:00:00:00:00:a1"
+    assert links.parse(header + _nla(54, bytes(6))).permanent_address is None
+    assert links.parse(header).permanent_address is None

@@ -784,3 +784,28 @@ def test_nri_mode_keeps_the_node_address_rule_for_links_on_a_node_link(node, kin
         outcome.error
     )
     assert node.links() == {**before, "ens2": node.links()["ens2"]} and node.files() == []
+
+
+def test_giving_a_nic_back_never_touches_a_host_interface_named_and_addressed_like_it(node):
+    """The NIC is inside the pod under the name `ens2` with ens2's MAC (both the claim's
+    choice) while the host's own ens2 is up: unprepare must not take the host's ens2 for
+    the claimed NIC (set it down, rename it); it waits for the NIC to come back."""
+    ens2 = node.kernel.table["ens2"]
+    netdev = {"kind": "host-device", "interfaceName": "ens2", "macAddress": ens2.address}
+    node.api.fake.add_claim(
+        claim_object(UID, "nic-ens1", {"type": "netdev", "netdev": netdev}, False)
+    )
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    assert "ens2" in node.kernel.namespaces[NETNS].table  # the claimed ens1, in the pod
+    host_ens2 = node.links()["ens2"]
+    outcome = preparer.unprepare([REF])[UID]
+    assert outcome.error is not None and "interface ens1" in outcome.error
+    assert "is not back on the host yet" in outcome.error
+    assert node.links()["ens2"] == host_ens2 and node.kernel.table["ens2"] is ens2
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.kernel.table["ens2"] is ens2 and node.links()["ens2"] == host_ens2
