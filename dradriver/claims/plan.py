@@ -132,6 +132,26 @@ class Planner:
         return Plan(handler, req, device.type, handler.validate(req), cdi_id)
 
 
+def refuse_sharing(resolved: resolution.ResolvedClaim, plans: Sequence[Plan]) -> None:
+    """Refuse a claim whose devices go into a pod's network namespace when more than one
+    pod holds it: an interface lives in one namespace at a time, and taking it from a
+    running pod for another would leave the first without its network, unnoticed."""
+    movers = [p.req.request for p in plans if p.validated.into_pod]
+    if len(resolved.pod_uids) < 2 or not movers:
+        return
+    names = resolved.pod_names or ("",) * len(resolved.pod_uids)
+    ns = resolved.ref.namespace
+    pods = ", ".join(
+        f"{ns}/{name} ({uid})" if name else uid
+        for uid, name in zip(resolved.pod_uids, names, strict=True)
+    )
+    raise ClaimError(
+        f"request {movers[0]}: its device goes into one pod's network namespace, but "
+        f"{len(resolved.pod_uids)} pods hold the claim ({pods}): a claim with a network "
+        "interface serves one pod; give each pod its own claim (a ResourceClaimTemplate)"
+    )
+
+
 def reserve_names(
     ref: ClaimRef,
     pod_uids: Sequence[str],

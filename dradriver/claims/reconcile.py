@@ -139,7 +139,7 @@ def _mark_spent(record: ClaimRecord, present: set[str], lifecycle: ClaimLifecycl
         where = record.placement.get(device.key, {})
         if where.get("state") != SPENT and any(n not in present for n in device.host_interfaces):
             record.placement[device.key] = placement(
-                SPENT, where.get("sandbox", ""), where.get("netns", "")
+                SPENT, where.get("sandbox", ""), where.get("netns", ""), where.get("pod", "")
             )
             changed = True
     if changed:

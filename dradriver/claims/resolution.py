@@ -33,6 +33,7 @@ class ResolvedClaim:
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
     pod_uids: tuple[str, ...]
+    pod_names: tuple[str, ...] = ()  # of the same pods, as status.reservedFor names them
 
 
 def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedClaim:
@@ -65,12 +66,15 @@ def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedCla
                 parameters=_merged_parameters(configs, request),
             )
         )
-    pods = tuple(
-        str(r["uid"])
-        for r in status.get("reservedFor") or []
-        if r.get("resource") == "pods" and r.get("uid")
+    pods = [
+        r for r in status.get("reservedFor") or [] if r.get("resource") == "pods" and r.get("uid")
+    ]
+    return ResolvedClaim(
+        ref=ref,
+        devices=tuple(devices),
+        pod_uids=tuple(str(r["uid"]) for r in pods),
+        pod_names=tuple(str(r.get("name") or "") for r in pods),
     )
-    return ResolvedClaim(ref=ref, devices=tuple(devices), pod_uids=pods)
 
 
 def _ordered_configs(

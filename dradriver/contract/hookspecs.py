@@ -185,6 +185,13 @@ class Validated:
     """What a valid request will give the container, known before any kernel work."""
 
     container_interfaces: tuple[str, ...] = ()
+    pod_rdma: bool = False  # an RDMA device that follows the pod's namespace (exclusive)
+
+    @property
+    def into_pod(self) -> bool:
+        """Whether the device goes into one pod's network namespace, so that the claim
+        can serve only one pod (an interface lives in one namespace at a time)."""
+        return bool(self.container_interfaces) or self.pod_rdma
 
 
 @dataclass(frozen=True)

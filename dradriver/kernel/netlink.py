@@ -304,15 +304,11 @@ def move(link: Link, netns: str | None, ifname: str, what: str) -> None:
         raise DeviceError(f"{what}: {exc.strerror}") from None
 
 
-def add_route(
-    link: Link, destination: str, gateway: str | None, metric: int | None, exist_ok: bool = False
-) -> None:
+def add_route(link: Link, destination: str, gateway: str | None, metric: int | None) -> None:
     """Add a route to `destination` via `link` (and `gateway`), main table."""
     try:
         (_kernel or _backend()).add_route(link.index, destination, gateway, metric)
     except NetlinkError as exc:
-        if exist_ok and exc.errno == errno.EEXIST:
-            return
         via = f" via {gateway}" if gateway else ""
         raise exc.about(f"add route {destination}{via} dev {link.name}") from None
 

@@ -8,7 +8,7 @@ Data only: the netlink facade (`dradriver.kernel.netlink`) and its rtnetlink bac
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 from dradriver.base.errors import DeviceError
@@ -45,6 +45,9 @@ class Link:
     link_type: int  # ARPHRD_*: 1 Ethernet, 32 InfiniBand
     min_mtu: int = 0  # the device's MTU limits as the kernel reports them (0: none)
     max_mtu: int = 0
+    # The hardware's own address (IFLA_PERM_ADDRESS: physical NICs and VFs; None for
+    # virtual links): what no configuration changes, so it identifies a NIC.
+    permanent_address: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class Route:
     table: int
     gateways: tuple[str, ...] = ()  # every next hop's gateway (multipath, via)
     oif: int | None = None
+    # The route's priority; not part of its identity in comparisons (the checks of
+    # addresses look at destinations and gateways only).
+    metric: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

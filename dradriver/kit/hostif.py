@@ -75,6 +75,9 @@ class ClaimedInterface:
     addresses: tuple[str, ...] = ()
     added: tuple[str, ...] = ()
     expected_mac: str | None = None
+    # What identifies the NIC and no claim can set (records before 0.2 have neither):
+    index: int | None = None  # its ifindex on the host when it was claimed
+    permanent_mac: str | None = None  # its hardware's own address, where it has one
 
     def to_json(self) -> dict[str, Any]:
         """The payload as stored in the allocation record (keys as version 1 wrote them)."""
@@ -87,6 +90,8 @@ class ClaimedInterface:
             "addresses": list(self.addresses),
             "added": list(self.added),
             "expectedMac": self.expected_mac,
+            "index": self.index,
+            "permanentMac": self.permanent_mac,
         }
 
     @classmethod
@@ -101,6 +106,8 @@ class ClaimedInterface:
             addresses=tuple(data.get("addresses") or ()),
             added=tuple(data.get("added") or ()),
             expected_mac=data.get("expectedMac"),
+            index=data.get("index"),
+            permanent_mac=data.get("permanentMac"),
         )
 
 
@@ -128,6 +135,8 @@ def claim(
         addresses=original,
         added=tuple(str(ip) for ip in cfg.ips if str(ip) not in original),
         expected_mac=cfg.mac or link.address,
+        index=link.index,
+        permanent_mac=link.permanent_address,
     )
     journal(wrap(undo) if wrap else undo.to_json())  # persisted before the host changes
     with netlink.rollback() as steps:
@@ -141,16 +150,35 @@ def claim(
 
 
 def locate(undo: ClaimedInterface) -> netlink.Link | None:
-    """Find the claimed interface on the host: original name, container name, or devN."""
+    """Find the claimed interface on the host: original name, container name, or devN.
+
+    A candidate must be the NIC that was claimed, by what no claim can set: its
+    permanent hardware address where it has one, else its ifindex or its original MAC.
+    A name and a MAC alone are not enough: a claim chooses its interface name and MAC,
+    and a host interface that happens to match them is not ours to touch.
+    """
     macs = {undo.expected_mac, undo.mac} - {None}
     for name in (undo.host_name, undo.container_name):
         link = netlink.find(name)
-        if link is not None and link.address in macs:
+        if link is not None and link.address in macs and _is_the_claimed_nic(link, undo):
             return link
     for link in netlink.links():
-        if _KERNEL_FALLBACK_NAME.fullmatch(link.name) and link.address in macs:
+        if (
+            _KERNEL_FALLBACK_NAME.fullmatch(link.name)
+            and link.address in macs
+            and _is_the_claimed_nic(link, undo)
+        ):
             return link
     return None
+
+
+def _is_the_claimed_nic(link: netlink.Link, undo: ClaimedInterface) -> bool:
+    """Whether `link` is the NIC `claim` took (see `locate`)."""
+    if undo.permanent_mac is not None:
+        return link.permanent_address == undo.permanent_mac
+    if undo.index is not None:
+        return link.index == undo.index or (undo.mac is not None and link.address == undo.mac)
+    return True  # a record of a driver before 0.2: name and MAC are all it kept
 
 
 def release(undo: ClaimedInterface) -> None:

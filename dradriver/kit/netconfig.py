@@ -48,6 +48,7 @@ ZERO_MAC = "00:00:00:00:00:00"
 CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 MAX_ROUTES = 32
+DEFAULT_ROUTES = ("0.0.0.0/0", "::/0")
 MAX_SYSCTLS = 32
 # net.ipv4.conf.<interface>.<key> (or ipv6): a per-interface setting of the claim's own
 # interface; the interface part is checked against interfaceName on the node.
@@ -221,16 +222,21 @@ def checked(
     kept: Sequence[str] = (),
 ) -> NetConfig:
     """`config` (default: the request's) parsed and checked against the node: addresses
-    in the operator's ranges, none twice, none the host uses (`own`: indexes of the links
-    the pod gets, whose current addresses are not the node's; `kept`: the addresses such
-    a link takes along); routes and sysctls only in NRI mode, fitting the interface.
+    in the operator's ranges, none twice, none the host uses where the host sees them or
+    the link shares a node's link (`own`: indexes of the links the pod gets, whose current
+    addresses are not the node's; `kept`: the addresses such a link takes along); routes
+    and sysctls only in NRI mode, fitting the interface.
     Errors name `path`."""
     raw = req.config if config is None else config
     cfg = NetConfig.parse(raw)
     if cfg.mtu is not None:  # (an MTU the link inherits is checked where it is known)
         check_ipv6_mtu(cfg, path, cfg.mtu)
     nri = req.injection == NRI
-    hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own, on_host=not nri)
+    # A link on a node's link (macvlan, ipvlan, ipoib on a parent; a veth on a bridge)
+    # shares the node's network even in NRI mode: the node's addresses, gateways and the
+    # API server's address stay refused there, as in CDI mode.
+    shares = bool(raw.get("parent") or raw.get("bridge"))
+    hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own, on_host=not nri or shares)
     if not nri:
         refused = [(f"{path}.{f}", NEEDS_NRI) for f in ("routes", "sysctls") if raw.get(f)]
         if refused:
@@ -245,7 +251,7 @@ def check_routes(cfg: NetConfig, path: str, more: Sequence[str] = ()) -> None:
     interface's addresses (`more`: addresses it keeps of its own), or IPv6 link-local;
     else the kernel would refuse it inside the pod, too late to name the field."""
     networks = [ip.network for ip in cfg.ips] + [ipaddress.ip_interface(a).network for a in more]
-    issues = []
+    issues = _route_clashes(cfg, path)
     for i, route in enumerate(cfg.routes):
         if route.gateway is None:
             continue
@@ -261,6 +267,38 @@ def check_routes(cfg: NetConfig, path: str, more: Sequence[str] = ()) -> None:
             issues.append((where, f"{gw} is not on a network of the interface's addresses ({on})"))
     if issues:
         raise ConfigError.many(issues)
+
+
+def _route_clashes(cfg: NetConfig, path: str) -> list[tuple[str, str]]:
+    """The kernel holds one route per destination and metric: a claim's default route
+    needs a metric of its own (the pod's network has a default route already: IPv4 at
+    metric 0, IPv6 usually at 1024), and two of its routes may not share both."""
+    issues = []
+    seen: dict[tuple[str, int], int] = {}
+    for i, route in enumerate(cfg.routes):
+        metric = (
+            route.metric if route.metric is not None else (1024 if ":" in route.destination else 0)
+        )
+        if route.destination in DEFAULT_ROUTES and not route.metric:
+            issues.append(
+                (
+                    f"{path}.routes[{i}].metric",
+                    "a default route needs a metric above 0: the pod's own network holds "
+                    "the default route at metric 0 (IPv4) or 1024 (IPv6), and the kernel "
+                    "keeps one route per destination and metric",
+                )
+            )
+        elif (route.destination, metric) in seen:
+            issues.append(
+                (
+                    f"{path}.routes[{i}]",
+                    f"routes[{seen[route.destination, metric]}] already goes to "
+                    f"{route.destination} at metric {metric}: the kernel keeps one route per "
+                    "destination and metric; give one of them another metric",
+                )
+            )
+        seen.setdefault((route.destination, metric), i)
+    return issues
 
 
 def check_sysctls(cfg: NetConfig, path: str) -> None:

@@ -4,8 +4,10 @@ In: each interface moves from the host into the namespace under its name in the 
 one request (as runc does), then, inside the namespace: its sysctls (before anything
 that they may govern), the addresses (a move flushes them), link up (a move sets it
 down), the routes. RDMA devices in exclusive netns mode move the same way. Moving in is
-idempotent: what is already in the pod is only configured again (addresses and routes
-that exist are kept), so a move that a crash interrupted is finished by doing it again.
+idempotent: what is already in the pod is only configured again (addresses and the
+claim's own routes that exist are kept; another route to a destination at the metric a
+claim's route asks for is an error naming it), so a move that a crash interrupted is
+finished by doing it again.
 
 Out (the sandbox stops): physical interfaces and RDMA devices move back to the host
 under their host names (or `dev<N>` when that name is taken meanwhile; the kit finds
@@ -19,10 +21,12 @@ import ipaddress
 from collections.abc import Sequence
 
 from dradriver.base.errors import DeviceError
+from dradriver.contract.hookspecs import PodRoute
 from dradriver.kernel import netlink
 from dradriver.state.moves import Move
 
 KERNEL_PICKS = "dev%d"  # a name pattern: the kernel picks a free number
+MAIN_TABLE = 254
 
 
 def move_in(moves: Sequence[Move], netns: str) -> None:
@@ -65,8 +69,51 @@ def configure(link: netlink.Link, mv: Move) -> None:
         netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, mv.container, True)
     if not link.up:
         netlink.set_link(link, f"set {mv.container} up in the pod", state="up")
-    for route in mv.routes:
-        netlink.add_route(link, route.destination, route.gateway, route.metric, exist_ok=True)
+    for i, route in enumerate(mv.routes):
+        add_route(link, route, i)
+
+
+def effective_metric(route: PodRoute) -> int:
+    """The metric the kernel gives a route added without one (IPv6: 1024, IPv4: 0)."""
+    if route.metric is not None:
+        return route.metric
+    return 1024 if ":" in route.destination else 0
+
+
+def add_route(link: netlink.Link, route: PodRoute, index: int) -> None:
+    """Add a claim's route inside the pod; the same route already there (a move done
+    again) is kept, another one to the destination at that metric is an error."""
+    try:
+        netlink.add_route(link, route.destination, route.gateway, route.metric)
+        return
+    except netlink.NetlinkError as exc:
+        if exc.errno != errno.EEXIST:
+            raise
+    metric = effective_metric(route)
+    clash = [
+        r
+        for r in netlink.routes()
+        if r.dst == route.destination and r.table == MAIN_TABLE and (r.metric or 0) == metric
+    ]
+    names = {ln.index: ln.name for ln in netlink.links()}
+    for r in clash:
+        if r.oif == link.index and r.gateways == ((route.gateway,) if route.gateway else ()):
+            return  # ours, from an earlier attempt of this move
+    via = f" via {route.gateway}" if route.gateway else ""
+    there = (
+        "; ".join(
+            f"{r.dst}"
+            + "".join(f" via {g}" for g in r.gateways)
+            + f" dev {names.get(r.oif or 0, r.oif)}"
+            for r in clash
+        )
+        or "another route"
+    )
+    raise DeviceError(
+        f"config routes[{index}] ({route.destination}{via}, metric {metric}): the pod already "
+        f"has a route to {route.destination} at metric {metric} ({there}); the kernel holds "
+        "one route per destination and metric: give this route another metric"
+    )
 
 
 def move_out(moves: Sequence[Move], netns: str) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from dradriver.base.errors import DriverError
@@ -74,6 +74,27 @@ def _leaving(record: ClaimRecord, sandbox: str) -> bool:
     return any(
         w.get("state") == LEAVING and w.get("sandbox") == sandbox for w in record.placement.values()
     )
+
+
+def _in(where: Mapping[str, str] | None, sandbox: str) -> bool:
+    """Whether a placement says the device is in `sandbox`, configured."""
+    return where is not None and where.get("state") == IN and where.get("sandbox") == sandbox
+
+
+def _other_pod(record: ClaimRecord, keys: Sequence[str], pod: Sandbox) -> str | None:
+    """The pod (or, in a record before 0.2, the sandbox) that holds a device of the
+    claim in a sandbox other than `pod`'s, if it is not an earlier sandbox of `pod`."""
+    for key in keys:
+        where = record.placement.get(key)
+        if where is None or where.get("sandbox") == pod.id:
+            continue
+        if where.get("state") not in (MOVING, IN, LEAVING):
+            continue
+        holder = where.get("pod")
+        if holder == pod.uid or (holder is None and list(record.pod_uids) == [pod.uid]):
+            continue  # an earlier sandbox of this pod: its devices are used up
+        return holder or f"unknown (sandbox {where.get('sandbox')})"
+    return None
 
 
 def _claim(record: ClaimRecord) -> str:
@@ -217,10 +238,17 @@ class PodSandboxes:
     def _place(self, record: ClaimRecord, pod: Sandbox) -> None:
         """Move every device of the claim into the pod's sandbox (see the module doc)."""
         keys = [k for k, moves in record.moves.items() if moves]
-        done = placement(IN, pod.id, pod.netns)
-        todo = [k for k in keys if record.placement.get(k) != done]
+        todo = [k for k in keys if not _in(record.placement.get(k), pod.id)]
         if not todo:
             return
+        holder = _other_pod(record, todo, pod)
+        if holder is not None:
+            raise DriverError(
+                f"{_claim(record)}: its interfaces are in the sandbox of pod {holder}, and "
+                f"pod {pod.namespace}/{pod.name} ({pod.uid}) asks for them too: a claim with "
+                "a network interface serves one pod; this sandbox is refused and that pod "
+                "keeps them"
+            )
         if not all(self._ready(record, k, pod.id) for k in todo):
             try:
                 record = self.lifecycle.renew(record)
@@ -239,7 +267,7 @@ class PodSandboxes:
                 self.status.submit(record)
             todo = keys
         for key in todo:
-            record.placement[key] = placement(MOVING, pod.id, pod.netns)
+            record.placement[key] = placement(MOVING, pod.id, pod.netns, pod.uid)
         self.records.save(record, durable=False)  # the journal: a crash is finished at sync
         for key in todo:
             try:
@@ -247,7 +275,7 @@ class PodSandboxes:
             except DriverError as exc:
                 request = key.split("/", 1)[0]
                 raise DriverError(f"{_claim(record)}: request {request}: {exc}") from exc
-            record.placement[key] = placement(IN, pod.id, pod.netns)
+            record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid)
         self.records.save(record)
         event(
             log,
@@ -276,11 +304,11 @@ class PodSandboxes:
             back = [k for k in keys if any(m.returns for m in record.moves[k])]
             if back and netlink.netns_exists(pod.netns):
                 for key in back:
-                    record.placement[key] = placement(LEAVING, pod.id, pod.netns)
+                    record.placement[key] = placement(LEAVING, pod.id, pod.netns, pod.uid)
                 self.records.save(record, durable=False)
                 failures += self._give_back(record, back, pod.netns)
             for key in keys:
-                record.placement[key] = placement(SPENT, pod.id, pod.netns)
+                record.placement[key] = {**record.placement[key], "state": SPENT}
             if keys:
                 self.records.save(record)
         if failures:
@@ -304,7 +332,7 @@ class PodSandboxes:
         for record in records:
             keys = self._placed_in(record, pod.id)
             for key in keys:
-                record.placement[key] = placement(SPENT, pod.id, record.placement[key]["netns"])
+                record.placement[key] = {**record.placement[key], "state": SPENT}
             if keys:
                 self.records.save(record)
 

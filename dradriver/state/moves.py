@@ -90,6 +90,10 @@ def moves_of(prepared: Prepared) -> list[Move]:
     return [Move.of(p) for p in pods] + [Move(rdma=r, returns=True) for r in prepared.pod_rdma]
 
 
-def placement(state: str, sandbox: str, netns: str) -> dict[str, str]:
-    """A record's placement entry for one device: STATE in (or out of) `sandbox`."""
-    return {"state": state, "sandbox": sandbox, "netns": netns}
+def placement(state: str, sandbox: str, netns: str, pod: str = "") -> dict[str, str]:
+    """A record's placement entry for one device: STATE in (or out of) `sandbox` of the
+    pod with UID `pod` (records before 0.2 do not name the pod)."""
+    where = {"state": state, "sandbox": sandbox, "netns": netns}
+    if pod:
+        where["pod"] = pod
+    return where

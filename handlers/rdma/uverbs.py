@@ -79,9 +79,9 @@ class UverbsHandler:
     def validate(self, req: DeviceRequest) -> Validated:
         """RDMA device allocated, a netns mode the node and the injection mode allow,
         character devices present."""
-        rdma.check_mode(req, req.config, "$.rdma")
+        exclusive = rdma.check_mode(req, req.config, "$.rdma")
         rdma.edits(req, rdma.allocated(req))
-        return Validated()
+        return Validated(pod_rdma=exclusive)
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Nothing changes on the host: the edits are the whole work (in exclusive mode

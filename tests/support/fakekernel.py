@@ -56,6 +56,7 @@ class FakeLink:
     addresses: set[tuple[str, int]] = field(default_factory=set)
     min_mtu: int = 68
     max_mtu: int = 65535
+    permanent: str | None = None  # a NIC's own hardware address (None: virtual, or none)
 
     @property
     def physical(self) -> bool:
@@ -74,6 +75,7 @@ class FakeLink:
             self.link_type,
             self.min_mtu,
             self.max_mtu,
+            self.permanent,
         )
 
 
@@ -172,6 +174,8 @@ class FakeKernel:
 
     def add(self, name: str, kind: str | None = None, **attrs: Any) -> FakeLink:
         attrs.setdefault("address", self._new_mac())
+        if kind is None:  # a NIC of the node: its hardware has an address of its own
+            attrs.setdefault("permanent", attrs["address"])
         link = FakeLink(next(self._index), name, kind, **attrs)
         self.table[name] = link
         return link
@@ -334,8 +338,8 @@ class FakeKernel:
             out = [r for r in self.static_routes if r.oif is None or r.oif in indexes]
         else:
             out = [
-                Route(dst, "unicast", _MAIN_TABLE, (gw,) if gw else (), oif)
-                for dst, gw, _, oif in ns.added_routes
+                Route(dst, "unicast", _MAIN_TABLE, (gw,) if gw else (), oif, _metric(dst, m))
+                for dst, gw, m, oif in ns.added_routes
                 if oif in indexes
             ]
         for link in table.values():
@@ -443,7 +447,10 @@ class FakeKernel:
         ns = self._ns(self.inside())
         assert ns is not None, "the driver adds routes only inside pods"
         link = self._by_index(index)
-        if any(d == destination and (m or 0) == (metric or 0) for d, _, m, _ in ns.added_routes):
+        if any(
+            d == destination and _metric(d, m) == _metric(destination, metric)
+            for d, _, m, _ in ns.added_routes
+        ):
             raise NetlinkError("exists", errno.EEXIST)
         if gateway is not None:
             gw = ipaddress.ip_address(gateway)
@@ -529,3 +536,10 @@ def counting(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., A
         return fn(path, *args, **kwargs)
 
     return wrapped
+
+
+def _metric(destination: str, metric: int | None) -> int:
+    """A route's metric as the kernel keeps it (added without one: IPv6 1024, IPv4 0)."""
+    if metric is not None:
+        return metric
+    return 1024 if ":" in destination else 0

@@ -297,6 +297,15 @@ def test_a_multipath_route_lists_every_gateway_and_via():
     assert routes.parse(body) == Route("198.51.100.0/24", "unicast", 254, ("10.0.0.1", "fe80::9"))
 
 
+def test_a_routes_metric_is_read_and_one_added_without_one_has_none():
+    header = struct.pack("=BBBBBBBBI", socket.AF_INET, 24, 0, 0, 254, 3, 0, 1, 0)
+    body = header + _nla(1, socket.inet_aton("198.51.100.0")) + _nla(4, struct.pack("=I", 7))
+    assert routes.parse(body + _nla(6, struct.pack("=I", 100))).metric == 100
+    assert routes.parse(body).metric is None
+    # The metric is not part of a route's identity where routes are compared.
+    assert routes.parse(body + _nla(6, struct.pack("=I", 100))) == routes.parse(body)
+
+
 def test_routes_of_other_families_are_skipped():
     header = struct.pack("=BBBBBBBBI", 128, 0, 0, 0, 254, 0, 0, 5, 0)  # RTNL_FAMILY_IPMR
     assert routes.parse(header) is None
@@ -368,3 +377,11 @@ def test_changes_and_vf_settings_encode_byte_for_byte_as_pyroute2_does():
     theirs = [("IFLA_VFINFO_LIST", {"attrs": [("IFLA_VF_INFO", {"attrs": vf})]})]
     settings = VfSettings(mac="02:00:00:00:00:07", vlan=100, spoofchk=False, trust=True)
     assert links.set_vf(3, 2, settings)[2] == _pyroute2(theirs, index=3)
+
+
+def test_a_nics_permanent_address_is_read_and_none_where_the_kernel_reports_zeros():
+    header = struct.pack("=BxHiII", 0, 1, 3, 0, 0) + _nla(3, b"eth9\0")
+    perm = _nla(54, bytes.fromhex("0200000000a1"))
+    assert links.parse(header + perm).permanent_address == "02:00:00:00:00:a1"
+    assert links.parse(header + _nla(54, bytes(6))).permanent_address is None
+    assert links.parse(header).permanent_address is None

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from dradriver.base.errors import DriverError
+from dradriver.base.errors import ClaimError, DriverError
+from dradriver.claims.plan import Plan, refuse_sharing
 from dradriver.claims.prepare import Preparer
-from dradriver.contract.hookspecs import CDI, NRI, ClaimRef
+from dradriver.claims.resolution import ResolvedClaim
+from dradriver.contract.hookspecs import CDI, NRI, ClaimRef, Validated
 from dradriver.nri import NriPlugin, PodSandbox
 from dradriver.nri.proto import api_pb2
 from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.state.moves import IN, SPENT
 from tests.support import nriruntime as stand_in
 from tests.support.fakekernel import Crash, FakeLink, restore
+from tests.support.statenode import KINDS as PLAIN_KINDS
 from tests.support.statenode import POD, UID, Node, claim_object
 
 NETNS = "/run/netns/cni-one"
@@ -43,7 +47,7 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
         "netdev-virtual",
         {"kind": "macvlan", "parent": "ens2", "interfaceName": "data0",
          "macAddress": "02:00:00:00:20:01", "ipAddresses": ["198.51.100.8/24"],
-         "routes": [{"destination": "0.0.0.0/0", "gateway": "198.51.100.1"}]},
+         "routes": [{"destination": "0.0.0.0/0", "gateway": "198.51.100.1", "metric": 100}]},
         True,
     ),
     "host-device": (
@@ -183,7 +187,7 @@ def test_sysctls_of_another_interface_or_unknown_keys_are_refused(node):
 
 def test_a_gateway_off_the_interfaces_networks_is_refused(node):
     netdev = {"kind": "veth", "ipAddresses": ["198.51.100.7/24"], "routes": [
-        {"destination": "0.0.0.0/0", "gateway": "203.0.113.1"},
+        {"destination": "0.0.0.0/0", "gateway": "203.0.113.1", "metric": 10},
         {"destination": "2001:db8:1::/48", "gateway": "198.51.100.1"}]}  # fmt: skip
     node.api.fake.add_claim(
         claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
@@ -192,6 +196,64 @@ def test_a_gateway_off_the_interfaces_networks_is_refused(node):
     assert outcome.error is not None
     assert "$.netdev.routes[0].gateway: 203.0.113.1 is not on a network" in outcome.error
     assert "$.netdev.routes[1].gateway: 198.51.100.1 is not of the family" in outcome.error
+
+
+def test_routes_the_kernel_would_not_hold_beside_each_other_are_refused_at_prepare(node):
+    """A default route without a metric collides with the pod's own default route; two
+    routes to one destination at one metric collide with each other: the kernel keeps
+    one, so the other was dropped without a word before."""
+    before = node.links()
+    netdev = {"kind": "veth", "ipAddresses": ["198.51.100.7/24", "2001:db8::7/64"], "routes": [
+        {"destination": "0.0.0.0/0", "gateway": "198.51.100.1"},
+        {"destination": "::/0", "gateway": "2001:db8::1", "metric": 0},
+        {"destination": "203.0.113.0/24", "gateway": "198.51.100.1"},
+        {"destination": "203.0.113.0/24", "gateway": "198.51.100.2", "metric": 0},
+        {"destination": "2001:db8:5::/48", "gateway": "2001:db8::1"},
+        {"destination": "2001:db8:5::/48", "gateway": "2001:db8::2", "metric": 1024},
+        {"destination": "203.0.113.0/24", "gateway": "198.51.100.2", "metric": 5}]}  # fmt: skip
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    outcome = _preparer(node).prepare([REF])[UID]
+    assert outcome.error is not None
+    assert "$.netdev.routes[0].metric: a default route needs a metric above 0" in outcome.error
+    assert "$.netdev.routes[1].metric: a default route needs a metric above 0" in outcome.error
+    assert (
+        "$.netdev.routes[3]: routes[2] already goes to 203.0.113.0/24 at metric 0" in outcome.error
+    )
+    assert "$.netdev.routes[5]: routes[4] already goes to 2001:db8:5::/48 at metric 1024" in (
+        outcome.error
+    )
+    assert "routes[6]" not in outcome.error
+    assert node.links() == before and node.files() == []
+
+
+def test_a_claim_route_that_meets_another_in_the_pod_fails_the_sandbox_naming_both(node):
+    """The pod's network already routes the destination at that metric (through eth0):
+    the sandbox fails naming the claim's route and the route in its way; a move done
+    again keeps the claim's own routes."""
+    netdev = {**KINDS["veth"][1], "routes": [
+        {"destination": "203.0.113.0/24", "gateway": "198.51.100.1", "metric": 10},
+        {"destination": "10.96.0.0/12", "gateway": "198.51.100.1"}]}  # fmt: skip
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    preparer = _preparer(node)
+    _prepare(preparer)
+    ns = node.kernel.add_namespace(NETNS)
+    eth0 = ns.table["eth0"] = FakeLink(900, "eth0", "veth", up=True, addresses={("10.244.0.5", 24)})
+    ns.added_routes.append(("10.96.0.0/12", "10.244.0.1", None, eth0.index))  # the CNI's
+    sandboxes = _sandboxes(preparer)
+    with pytest.raises(DriverError) as refused:
+        sandboxes.run_pod_sandbox(_pod())
+    assert (
+        f"claim default/c ({UID}): request nic: config routes[1] (10.96.0.0/12 via "
+        "198.51.100.1, metric 0): the pod already has a route to 10.96.0.0/12 at metric 0 "
+        "(10.96.0.0/12 via 10.244.0.1 dev eth0)"
+    ) in str(refused.value)
+    assert ("203.0.113.0/24", "198.51.100.1", 10) in _pod_view(node, NETNS)["routes"]
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
 
 
 # -- sandbox events ------------------------------------------------------------------------
@@ -605,3 +667,145 @@ def test_a_nic_whose_host_name_was_taken_meanwhile_comes_back_and_is_restored(no
     _teardown(node, sandboxes, _pod())
     assert preparer.unprepare([REF])[UID].error is None
     assert node.links() == before and node.files() == []
+
+
+# -- a claim with a network interface serves one pod ----------------------------------------
+
+POD2 = "5a0c6f5e-0000-4000-8000-0000000000bb"
+
+
+@pytest.mark.parametrize("injection", [NRI, CDI])
+@pytest.mark.parametrize("kind", ["veth", "host-device"])
+def test_a_claim_two_pods_hold_is_refused_at_prepare_naming_both(node, kind, injection):
+    """Both pods in reservedFor at prepare: refused before any kernel work, in both modes."""
+    before = node.links()
+    device, netdev, share = PLAIN_KINDS[kind]  # no routes or sysctls: CDI mode takes them
+    claim = claim_object(UID, device, {"type": "netdev", "netdev": netdev}, share)
+    claim["status"]["reservedFor"].append({"resource": "pods", "name": "web-2", "uid": POD2})
+    node.api.fake.add_claim(claim)
+    outcome = _preparer(node, injection).prepare([REF])[UID]
+    assert outcome.error is not None
+    assert "request nic: its device goes into one pod's network namespace" in outcome.error
+    assert f"2 pods hold the claim (default/pod-5a0c6f5e ({POD}), default/web-2 ({POD2}))" in (
+        outcome.error
+    )
+    assert node.links() == before and node.files() == []
+
+
+def _shared_record(node: Node, name_the_pod: bool = True) -> None:
+    """A record that lists two pods, as a driver before 0.2 prepared a shared claim."""
+    records = _preparer(node).records
+    record = _record(node)
+    record.pod_uids = [POD, POD2]
+    if not name_the_pod:
+        record.placement = {k: {x: v for x, v in w.items() if x != "pod"} for k, w in
+                            record.placement.items()}  # fmt: skip
+    records.save(record)
+    records.index(record)
+
+
+@pytest.mark.parametrize("name_the_pod", [True, False])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_second_pods_sandbox_never_takes_the_interface_from_the_first(node, kind, name_the_pod):
+    """The high-severity defect: the second pod's sandbox found the device placed in
+    another sandbox, prepared the claim again and deleted the first pod's interface."""
+    _add_claim(node, kind)
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    _shared_record(node, name_the_pod)
+    node.kernel.add_namespace(NETNS2)
+    steps = node.steps.count
+    other = PodSandbox("s2", POD2, "web-2", "default", NETNS2)
+    holder = POD if name_the_pod else "unknown (sandbox s1)"
+    with pytest.raises(DriverError) as refused:
+        sandboxes.run_pod_sandbox(other)
+    assert f"claim default/c ({UID}): its interfaces are in the sandbox of pod {holder}" in str(
+        refused.value
+    )
+    assert f"pod default/web-2 ({POD2}) asks for them too" in str(refused.value)
+    assert node.steps.count == steps  # nothing changed: the first pod keeps its interface
+    _check_inside(node, kind)
+    assert set(node.kernel.namespaces[NETNS2].table) == {"lo"}
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_pods_new_sandbox_after_one_that_died_unseen_gets_the_claim(node):
+    """The same pod's earlier sandbox went without a stop event (its placement still
+    says IN): the pod's new sandbox gets the claim prepared again, as before."""
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    node.kernel.remove_namespace(NETNS)  # the veth died with it; no event came
+    node.kernel.add_namespace(NETNS2)
+    sandboxes.run_pod_sandbox(_pod("s2", NETNS2))
+    _check_inside(node, "veth", NETNS2)
+    assert _record(node).placement[next(iter(_record(node).moves))]["pod"] == POD
+    _teardown(node, sandboxes, _pod("s2", NETNS2))
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_devices_that_stay_out_of_the_pods_namespace_may_be_shared():
+    """An RDMA device in shared netns mode is device nodes only: pods may share it; in
+    exclusive mode it follows one pod's namespace, as an interface does."""
+    resolved = ResolvedClaim(REF, (), (POD, POD2), ("a", "b"))
+
+    def plan(validated: Validated) -> Plan:
+        return Plan(None, SimpleNamespace(request="rdma"), "rdma", validated, "id")  # type: ignore[arg-type]
+
+    refuse_sharing(resolved, [plan(Validated())])  # shared: no refusal
+    with pytest.raises(ClaimError, match=r"request rdma: .* 2 pods hold the claim"):
+        refuse_sharing(resolved, [plan(Validated(pod_rdma=True))])
+    refuse_sharing(ResolvedClaim(REF, (), (POD,), ("a",)), [plan(Validated(pod_rdma=True))])
+
+
+@pytest.mark.parametrize("kind", ["macvlan", "veth"])
+def test_nri_mode_keeps_the_node_address_rule_for_links_on_a_node_link(node, kind):
+    """A macvlan on the uplink shares the node's network in either mode: the node's own
+    address is refused for it in NRI mode as in CDI mode; a veth's pod end is the pod's."""
+    before = node.links()
+    node.kernel.table["ens2"].addresses.add(("198.51.100.2", 24))  # the node, on the LAN
+    device, netdev, share = PLAIN_KINDS[kind]
+    netdev = {**netdev, "ipAddresses": ["198.51.100.2/24"]}
+    node.api.fake.add_claim(claim_object(UID, device, {"type": "netdev", "netdev": netdev}, share))
+    outcome = _preparer(node).prepare([REF])[UID]
+    if kind == "veth":
+        assert outcome.error is None, outcome.error
+        assert _preparer(node).unprepare([REF])[UID].error is None
+        return
+    assert outcome.error is not None
+    assert "config $.netdev.ipAddresses[0]: 198.51.100.2 is an address of this node (on ens2)" in (
+        outcome.error
+    )
+    assert node.links() == {**before, "ens2": node.links()["ens2"]} and node.files() == []
+
+
+def test_giving_a_nic_back_never_touches_a_host_interface_named_and_addressed_like_it(node):
+    """The NIC is inside the pod under the name `ens2` with ens2's MAC (both the claim's
+    choice) while the host's own ens2 is up: unprepare must not take the host's ens2 for
+    the claimed NIC (set it down, rename it); it waits for the NIC to come back."""
+    ens2 = node.kernel.table["ens2"]
+    netdev = {"kind": "host-device", "interfaceName": "ens2", "macAddress": ens2.address}
+    node.api.fake.add_claim(
+        claim_object(UID, "nic-ens1", {"type": "netdev", "netdev": netdev}, False)
+    )
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    assert "ens2" in node.kernel.namespaces[NETNS].table  # the claimed ens1, in the pod
+    host_ens2 = node.links()["ens2"]
+    outcome = preparer.unprepare([REF])[UID]
+    assert outcome.error is not None and "interface ens1" in outcome.error
+    assert "is not back on the host yet" in outcome.error
+    assert node.links()["ens2"] == host_ens2 and node.kernel.table["ens2"] is ens2
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert node.kernel.table["ens2"] is ens2 and node.links()["ens2"] == host_ens2

@@ -29,6 +29,7 @@ IFLA_NET_NS_FD = 28
 IFLA_EXT_MASK = 29
 IFLA_MIN_MTU = 50
 IFLA_MAX_MTU = 51
+IFLA_PERM_ADDRESS = 54
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
 IFLA_MACVLAN_MODE = 1  # u32
@@ -200,7 +201,13 @@ def parse(body: bytes) -> Link:
         link_type=link_type,
         min_mtu=wire.u32(a[IFLA_MIN_MTU]) if IFLA_MIN_MTU in a else 0,
         max_mtu=wire.u32(a[IFLA_MAX_MTU]) if IFLA_MAX_MTU in a else 0,
+        permanent_address=_permanent(a.get(IFLA_PERM_ADDRESS)),
     )
+
+
+def _permanent(raw: bytes | None) -> str | None:
+    """The permanent hardware address, None where the kernel has none (all zeros)."""
+    return mac_text(raw) if raw and any(raw) else None
 
 
 def parse_vf(body: bytes, vf: int) -> VfSettings | None:

@@ -92,6 +92,7 @@ def parse(body: bytes) -> Route | None:
         table=wire.u32(a[RTA_TABLE]) if RTA_TABLE in a else table,
         gateways=tuple(gateways),
         oif=wire.u32(a[RTA_OIF]) if RTA_OIF in a else None,
+        metric=wire.u32(a[RTA_PRIORITY]) if RTA_PRIORITY in a else None,
     )
 
 
