@@ -20,6 +20,7 @@ code (k8s.io/apiserver v0.36.3, tests/deploy/k8scheck) makes of it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +31,7 @@ from dradriver.admission.schema import types_of
 from dradriver.base.errors import ConfigError
 from dradriver.claims.resolution import deep_merge
 from dradriver.contract.config import ConfigSchema
-from dradriver.contract.hookspecs import Device
+from dradriver.contract.hookspecs import NRI, Device
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import netlink
 from dradriver.kernel.netlink import Route
@@ -320,6 +321,8 @@ def test_what_only_the_node_checks_is_refused_at_prepare(node, case):
     handler, req = handlers.request(
         merged, ctx=handlers.context(claim_address_ranges=cc.NODE_RANGES)
     )
+    if (merged.get("netdev") or {}).get("routes"):  # routes are for the NRI mode only
+        req = dataclasses.replace(req, injection=NRI)
     with pytest.raises(ConfigError) as err:
         handler.validate(req)
     named = {path for path, _ in err.value.issues}

@@ -393,7 +393,7 @@ def _good() -> Iterator[Case]:
                 kind="veth",
                 ipAddresses=["10.0.0.2/24", "fd00::2/64"],
                 routes=[
-                    {"destination": "0.0.0.0/0", "gateway": "10.0.0.1"},
+                    {"destination": "0.0.0.0/0", "gateway": "10.0.0.1", "metric": 100},
                     {"destination": "fd00:20::/64", "gateway": "fe80::1", "metric": 4294967295},
                     {"destination": "192.0.2.0/24"},
                 ],
@@ -433,6 +433,19 @@ def _node_only() -> Iterator[Case]:
         (nd(kind="veth", ipAddresses=["192.0.2.7/24", "192.0.2.7/32"]),),
         node=("[0].netdev.ipAddresses[1]",),
     )
+    yield Case(
+        "a default route without a metric (the pod's own is at metric 0)",
+        (nd(kind="veth", ipAddresses=["192.0.2.7/24"],
+            routes=[{"destination": "0.0.0.0/0", "gateway": "192.0.2.1"}]),),
+        node=("[0].netdev.routes[0].metric",),
+    )  # fmt: skip
+    yield Case(
+        "two routes to one destination at one metric",
+        (nd(kind="veth", ipAddresses=["192.0.2.7/24"], routes=[
+            {"destination": "203.0.113.0/24", "gateway": "192.0.2.1"},
+            {"destination": "203.0.113.0/24", "gateway": "192.0.2.2", "metric": 0}]),),
+        node=("[0].netdev.routes[1]",),
+    )  # fmt: skip
     yield Case(
         "IPv6 below MTU 1280",
         (nd(kind="veth", mtu=1279, ipAddresses=["2001:db8::7/64"]),),
