@@ -38,10 +38,22 @@ DEFAULT_INTERFACE_NAME = "eth1"
 # template and picks a number); not lo (the pod has one), all or default (sysctl names).
 INTERFACE_NAME_PATTERN = r"^[!-$&-.0-9;-~]{1,15}$"
 RESERVED_HOST_NAMES = ["all", "default", ".", ".."]
-RESERVED_INTERFACE_NAMES = ["lo", *RESERVED_HOST_NAMES]
+# In the pod: lo, and eth0, the name of every pod's own (CNI) interface.
+RESERVED_INTERFACE_NAMES = ["lo", "eth0", *RESERVED_HOST_NAMES]
 # A unicast Ethernet address the kernel accepts (is_valid_ether_addr): the group bit
 # (lowest bit of the first octet) clear, and not all zeros.
 ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f][02468AaCcEe](:[0-9A-Fa-f]{2}){5}$"
+# A locally administered unicast address (the second-lowest bit of the first octet set):
+# one no network card was given, so it cannot be a neighbour's on the LAN.
+LOCAL_MAC_PATTERN = r"^[0-9A-Fa-f][26AaEe](:[0-9A-Fa-f]{2}){5}$"
+LOCAL_MAC: dict[str, Any] = {
+    "type": "string",
+    "pattern": LOCAL_MAC_PATTERN,
+    "maxLength": 17,
+    "description": "a locally administered unicast address aa:bb:cc:dd:ee:ff (the second "
+    "hex digit 2, 6, a or e): the link shares the node's LAN, where any other address may "
+    "be a neighbour's (the gateway's)",
+}
 ZERO_MAC = "00:00:00:00:00:00"
 # Canonical CIDR spelling (lower-case hex, decimal prefix length); the `cidr` format
 # (dradriver.contract.iprules) checks the rest: a real address, and not of a special range.
@@ -113,7 +125,7 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "not": {"enum": RESERVED_INTERFACE_NAMES},
         "default": DEFAULT_INTERFACE_NAME,
         "description": "name inside the container: 1-15 printable ASCII characters, no "
-        "'/', ':', '%' or space, not lo, all, default, . or ..",
+        "'/', ':', '%' or space, not lo, eth0 (the pod's own interface), all, default, . or ..",
     },
     "mtu": {"type": "integer", "minimum": 68, "maximum": 65535},
     "macAddress": {

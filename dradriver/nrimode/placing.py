@@ -68,7 +68,16 @@ def configure(link: netlink.Link, mv: Move) -> None:
         ip = ipaddress.ip_interface(cidr)
         netlink.add_address(link.index, str(ip.ip), ip.network.prefixlen, mv.container, True)
     if not link.up:
-        netlink.set_link(link, f"set {mv.container} up in the pod", state="up")
+        try:
+            netlink.set_link(link, f"set {mv.container} up in the pod", state="up")
+        except netlink.NetlinkError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise DeviceError(
+                f"config macAddress ({link.address}): {mv.container} cannot come up, its "
+                "MAC address is in use on its parent (the parent's, or another pod's "
+                "macvlan's): give the claim another macAddress"
+            ) from None
     for i, route in enumerate(mv.routes):
         add_route(link, route, i)
 

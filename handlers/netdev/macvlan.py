@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from dradriver.kit import netconfig
+
 from .virtual import ParentedLinkHandler
 
 
@@ -11,3 +16,10 @@ class MacvlanHandler(ParentedLinkHandler):
     kinds = ("macvlan",)
     modes = ("bridge", "vepa", "private", "passthru")
     default_mode = "bridge"
+
+    def schema(self, kind: str) -> Mapping[str, Any]:
+        """The parented fields, with a locally administered MAC only: a macvlan's MAC is
+        seen on the node's LAN, where a global one may be the gateway's."""
+        out = dict(super().schema(kind))
+        out["properties"] = {**out["properties"], "macAddress": netconfig.LOCAL_MAC}
+        return out

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dradriver.base.errors import ConfigError
+from dradriver.contract import naming
 from dradriver.contract.hookspecs import (
     Capacity,
     Device,
@@ -143,6 +144,21 @@ class ParentedLinkHandler(VirtualLinkHandler):
         """The parent must be allowed and exist, and the MTU not above the parent's."""
         parent = require_allowed_parent(req, req.config["parent"])
         cfg = netconfig.NetConfig.parse(req.config)
+        if cfg.mac is not None:
+            holder = next(  # (the driver's own links are other claims', or a leftover)
+                (
+                    ln.name
+                    for ln in netlink.links()
+                    if (ln.address or "").lower() == cfg.mac and not naming.is_host_ifname(ln.name)
+                ),
+                None,
+            )
+            if holder is not None:  # the kernel would refuse it only in the pod, unnamed
+                what = "the parent" if holder == parent.name else "the node's interface"
+                raise ConfigError(
+                    f"{cfg.mac} is the MAC address of {what} {holder}",
+                    f"{netconfig.NETDEV_PATH}.macAddress",
+                )
         netconfig.check_mtu(cfg, netconfig.NETDEV_PATH, parent, parent=True)
         netconfig.check_ipv6_mtu(cfg, netconfig.NETDEV_PATH, cfg.mtu or parent.mtu)
 

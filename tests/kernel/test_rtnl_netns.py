@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from dradriver.base.errors import DeviceError
+from dradriver.contract.hookspecs import PodRoute
 from dradriver.kernel import netlink, rdmanl
+from dradriver.nrimode import placing
+from dradriver.state.moves import Move
 from tests.kernel.conftest import index as _index
 from tests.support import ipjson, netns
 
@@ -171,6 +174,40 @@ def test_add_route_in_both_families_reads_back_as_ip_route_add_makes_it(node, ke
     assert set(ipjson.routes(node)) == have
 
 
+def test_a_claim_route_is_kept_when_identical_and_refused_when_another_is_there(node, kernel):
+    """The kernel's EEXIST says a route to the destination at that metric exists: the
+    claim's own (a move done again) is kept, another one is named; IPv6 routes added
+    without a metric are at 1024, IPv4 ones at 0, as the dump reports them."""
+    previous = netlink.use(kernel)
+    try:
+        link = netlink.find("a0")
+        for gateway, destination in (
+            ("10.9.0.2", "198.51.100.0/24"),
+            ("fd00:9::2", "2001:db8:7::/48"),
+        ):
+            placing.add_route(link, PodRoute(destination, gateway, None), 0)
+            placing.add_route(link, PodRoute(destination, gateway, None), 0)  # again: kept
+        with pytest.raises(DeviceError) as refused:
+            placing.add_route(link, PodRoute("198.51.100.0/24", "10.9.0.3", None), 1)
+        assert str(refused.value).startswith(
+            "config routes[1] (198.51.100.0/24 via 10.9.0.3, metric 0): the pod already has "
+            "a route to 198.51.100.0/24 at metric 0 (198.51.100.0/24 via 10.9.0.2 dev a0)"
+        )
+        with pytest.raises(DeviceError, match=r"routes\[0\] .*at metric 1024 .*via fd00:9::2"):
+            placing.add_route(link, PodRoute("2001:db8:7::/48", "fd00:9::3", None), 0)
+        placing.add_route(link, PodRoute("2001:db8:7::/48", "fd00:9::3", 5), 2)  # beside it
+    finally:
+        netlink.use(previous)
+    ours = {
+        (r.dst, r.gateways) for r in ipjson.routes(node) if r.dst.startswith(("198.51.", "2001:"))
+    }
+    assert ours == {
+        ("198.51.100.0/24", ("10.9.0.2",)),
+        ("2001:db8:7::/48", ("fd00:9::2",)),
+        ("2001:db8:7::/48", ("fd00:9::3",)),
+    }
+
+
 def test_add_route_errors_name_the_route(node, kernel):
     a0 = _index(node, "a0")
     kernel.add_route(a0, "198.51.100.0/24", "10.9.0.2", None)
@@ -187,7 +224,6 @@ def test_add_route_errors_name_the_route(node, kernel):
     previous = netlink.use(kernel)
     try:
         link = netlink.find("a0")
-        netlink.add_route(link, "198.51.100.0/24", "10.9.0.2", None, exist_ok=True)
         with pytest.raises(netlink.NetlinkError) as raised:
             netlink.add_route(link, "198.51.100.0/24", "10.9.0.2", None)
         assert str(raised.value) == (
@@ -251,3 +287,27 @@ def test_without_rdma_the_rdma_calls_say_so(node, kernel):
         assert str(raised.value).startswith("list RDMA devices: Protocol not supported")
     finally:
         netlink.use(previous)
+
+
+@pytest.mark.kernel("macvlan")
+def test_a_macvlan_whose_mac_its_parent_has_in_use_fails_naming_the_macaddress(node, kernel, pod):
+    """Another pod's macvlan on the same parent holds the MAC (invisible from the node):
+    the kernel refuses the link only when it comes up in the pod; the error names the
+    claim's macAddress instead of "Address already in use" alone."""
+    other = netns.create("macowner")
+    try:
+        mac = "0a:00:00:00:00:01"
+        netns.ip(node, "link", "add", "m1", "link", "a0", "address", mac, "type", "macvlan")
+        netns.ip(node, "link", "set", "m1", "netns", other)
+        netns.ip(other, "link", "set", "m1", "up")
+        netns.ip(node, "link", "add", "m2", "link", "a0", "address", mac, "type", "macvlan")
+        previous = netlink.use(kernel)
+        try:
+            with pytest.raises(DeviceError) as refused:
+                placing.move_in([Move("m2", "data0")], _path(pod))
+        finally:
+            netlink.use(previous)
+        assert f"config macAddress ({mac}): data0 cannot come up" in str(refused.value)
+        assert ipjson.link_info(pod, "data0")["operstate"] == "DOWN"
+    finally:
+        netns.delete(other)

@@ -109,7 +109,7 @@ def _bad_values() -> Iterator[Case]:
         as_class=("[0].netdev.mode",),
     )
     yield Case("unit: unknown kind", (unit.UNKNOWN_KIND,), ("[0].netdev.kind",))
-    for name in [*unit.BAD_INTERFACE_NAMES, *RESERVED_NAMES]:
+    for name in [*unit.BAD_INTERFACE_NAMES, *RESERVED_NAMES, "eth0"]:  # eth0: the pod's own
         yield Case(
             f"unit: name {name!r}",
             (nd(kind="veth", interfaceName=name),),
@@ -145,6 +145,11 @@ def _bad_values() -> Iterator[Case]:
             (nd(kind="macvlan", parent="eth0", macAddress=mac),),
             ("[0].netdev.macAddress",),
         )
+    yield Case(
+        "a global mac on a macvlan (the LAN may have it: the gateway's)",
+        (nd(kind="macvlan", parent="eth0", macAddress="00:1b:21:00:00:01"),),
+        ("[0].netdev.macAddress",),
+    )
     yield Case(
         "17 addresses",
         (nd(ipAddresses=[f"10.0.0.{i + 1}/24" for i in range(17)]),),
@@ -347,6 +352,11 @@ def _good() -> Iterator[Case]:
     for name in ("default0", "lo0", "..."):
         yield Case(f"name {name!r}", (nd(kind="veth", interfaceName=name),))
     yield Case("unicast mac", (nd(kind="veth", macAddress="02:00:00:00:00:01"),))
+    yield Case("a global mac on a veth", (nd(kind="veth", macAddress="00:1b:21:00:00:01"),))
+    yield Case(
+        "a locally administered mac on a macvlan",
+        (nd(kind="macvlan", parent="eth0", macAddress="0a:00:00:00:00:01"),),
+    )
     for mtu in (68, 65535):
         yield Case(f"mtu {mtu}", (nd(kind="dummy", mtu=mtu),))
     yield Case(

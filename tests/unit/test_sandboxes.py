@@ -809,3 +809,23 @@ def test_giving_a_nic_back_never_touches_a_host_interface_named_and_addressed_li
     _teardown(node, sandboxes, _pod())
     assert preparer.unprepare([REF])[UID].error is None
     assert node.kernel.table["ens2"] is ens2 and node.links()["ens2"] == host_ens2
+
+
+@pytest.mark.parametrize("holder", ["ens2", "ens1"])
+def test_a_macvlan_may_not_take_the_mac_of_its_parent_or_a_node_interface(node, holder):
+    """The kernel refuses the parent's MAC only when the link comes up in the pod, with
+    no field named; a node interface's MAC would move its traffic on the LAN."""
+    mac = "0a:00:00:00:00:01"
+    node.kernel.table[holder].address = mac
+    before = node.links()
+    netdev = {**PLAIN_KINDS["macvlan"][1], "macAddress": mac}
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    outcome = _preparer(node).prepare([REF])[UID]
+    assert outcome.error is not None
+    what = "the parent" if holder == "ens2" else "the node's interface"
+    assert f"config $.netdev.macAddress: {mac} is the MAC address of {what} {holder}" in (
+        outcome.error
+    )
+    assert node.links() == before and node.files() == []
