@@ -108,7 +108,7 @@ class Kernel(Protocol):
         """Write /proc/sys/<path> as this thread sees it (its network namespace)."""
 
     def has_sysctl(self, path: str) -> bool:
-        """Whether /proc/sys/<path> exists for this thread."""
+        """Whether /proc/sys/<path> exists for this thread and may be written."""
 
     def rdma_devices(self) -> list[str]:
         """RDMA devices this thread's namespace sees."""
@@ -323,7 +323,7 @@ def set_sysctl(path: str, value: str) -> None:
 
 
 def has_sysctl(path: str) -> bool:
-    """Whether /proc/sys/<path> exists for this thread."""
+    """Whether /proc/sys/<path> exists for this thread and may be written."""
     return (_kernel or _backend()).has_sysctl(path)
 
 

@@ -321,7 +321,8 @@ def test_what_only_the_node_checks_is_refused_at_prepare(node, case):
     handler, req = handlers.request(
         merged, ctx=handlers.context(claim_address_ranges=cc.NODE_RANGES)
     )
-    if (merged.get("netdev") or {}).get("routes"):  # routes are for the NRI mode only
+    netdev = merged.get("netdev") or {}
+    if netdev.get("routes") or netdev.get("sysctls"):  # the NRI mode's only
         req = dataclasses.replace(req, injection=NRI)
     with pytest.raises(ConfigError) as err:
         handler.validate(req)

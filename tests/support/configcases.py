@@ -457,6 +457,20 @@ def _node_only() -> Iterator[Case]:
         node=("[0].netdev.routes[1]",),
     )  # fmt: skip
     yield Case(
+        "a gateway that is the network's broadcast address",
+        (nd(kind="veth", ipAddresses=["192.0.2.7/24"],
+            routes=[{"destination": "203.0.113.0/24", "gateway": "192.0.2.255"}]),),
+        node=("[0].netdev.routes[0].gateway",),
+    )  # fmt: skip
+    yield Case(
+        "sysctl values the kernel does not take, IPv6 off with an IPv6 address",
+        (nd(kind="veth", interfaceName="n1", ipAddresses=["2001:db8::7/64"], sysctls={
+            "net.ipv4.conf.n1.rp_filter": "abc",
+            "net.ipv6.conf.n1.disable_ipv6": 1}),),
+        node=('[0].netdev.sysctls["net.ipv4.conf.n1.rp_filter"]',
+              '[0].netdev.sysctls["net.ipv6.conf.n1.disable_ipv6"]'),
+    )  # fmt: skip
+    yield Case(
         "IPv6 below MTU 1280",
         (nd(kind="veth", mtu=1279, ipAddresses=["2001:db8::7/64"]),),
         node=("[0].netdev.ipAddresses[0]",),

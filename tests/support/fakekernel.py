@@ -34,6 +34,7 @@ from dradriver.kernel.netlink import Link, NetlinkError, Route, VfSettings
 
 _LOCAL_TABLE, _MAIN_TABLE = 255, 254
 KNOWN_CONF_KEYS = {"rp_filter", "forwarding", "accept_ra", "disable_ipv6", "arp_ignore", "mtu"}
+READ_ONLY_CONF_KEYS = {"mc_forwarding"}  # exist, but the kernel lets nobody write them
 
 
 class Crash(BaseException):
@@ -487,7 +488,7 @@ class FakeKernel:
         values[path] = value
 
     def has_sysctl(self, path: str) -> bool:
-        return self._sysctl(path)[1]
+        return self._sysctl(path)[1] and path.rsplit("/", 1)[-1] not in READ_ONLY_CONF_KEYS
 
     def sysctl(self, netns: str, path: str) -> str | None:
         """What a namespace's sysctl was set to (None: never written)."""

@@ -198,6 +198,50 @@ def test_a_gateway_off_the_interfaces_networks_is_refused(node):
     assert "$.netdev.routes[1].gateway: 198.51.100.1 is not of the family" in outcome.error
 
 
+def test_configs_that_would_fail_only_inside_the_pod_are_refused_at_prepare(node):
+    """Before, each passed prepare and failed every sandbox creation: the pod retried
+    forever, and after a driver restart came up Running without its interface."""
+    before = node.links()
+    netdev = {
+        "kind": "veth", "interfaceName": "net1",
+        "ipAddresses": ["198.51.100.7/24", "2001:db8::7/64"],
+        "routes": [
+            {"destination": "203.0.113.0/24", "gateway": "198.51.100.255"},
+            {"destination": "203.0.114.0/24", "gateway": "198.51.100.0"},
+            {"destination": "203.0.115.0/24", "gateway": "198.51.100.7"},
+            {"destination": "203.0.116.0/24", "gateway": "198.51.100.1"},
+        ],
+        "sysctls": {
+            "net.ipv4.conf.net1.rp_filter": "abc",
+            "net.ipv4.conf.net1.arp_ignore": 9223372036854775807,
+            "net.ipv4.conf.net1.forwarding": "",
+            "net.ipv4.conf.net1.mc_forwarding": 1,
+            "net.ipv6.conf.net1.disable_ipv6": "1",
+            "net.ipv6.conf.net1.accept_ra": -1,
+        },
+    }  # fmt: skip
+    node.api.fake.add_claim(
+        claim_object(UID, "netdev-virtual", {"type": "netdev", "netdev": netdev}, True)
+    )
+    outcome = _preparer(node).prepare([REF])[UID]
+    assert outcome.error is not None
+    for field, message in [
+        ("routes[0].gateway", "198.51.100.255 is the broadcast address of 198.51.100.0/24"),
+        ("routes[1].gateway", "198.51.100.0 is the network address of 198.51.100.0/24"),
+        ("routes[2].gateway", "198.51.100.7 is this interface's own address"),
+        ('sysctls["net.ipv4.conf.net1.rp_filter"]', "'abc' is not a number the kernel takes"),
+        ('sysctls["net.ipv4.conf.net1.arp_ignore"]', "'9223372036854775807' is not a number"),
+        ('sysctls["net.ipv4.conf.net1.forwarding"]', "'' is not a number"),
+        ('sysctls["net.ipv4.conf.net1.mc_forwarding"]',
+         "this node has no such setting, or it is read-only"),
+        ('sysctls["net.ipv6.conf.net1.disable_ipv6"]',
+         "turns IPv6 off, but $.netdev.ipAddresses[1] is an IPv6 address"),
+    ]:  # fmt: skip
+        assert f"$.netdev.{field}: {message}" in outcome.error
+    assert "routes[3]" not in outcome.error and "accept_ra" not in outcome.error
+    assert node.links() == before and node.files() == []
+
+
 def test_routes_the_kernel_would_not_hold_beside_each_other_are_refused_at_prepare(node):
     """A default route without a metric collides with the pod's own default route; two
     routes to one destination at one metric collide with each other: the kernel keeps

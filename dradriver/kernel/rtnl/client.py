@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -328,8 +329,12 @@ class RtnlKernel:
             f.write(value)
 
     def has_sysctl(self, path: str) -> bool:
-        """Whether the sysctl file exists."""
-        return (PROC_SYS / path).is_file()
+        """Whether the sysctl file exists and may be written (mc_forwarding may not)."""
+        try:
+            mode = (PROC_SYS / path).stat().st_mode
+        except OSError:
+            return False
+        return stat.S_ISREG(mode) and bool(mode & stat.S_IWUSR)
 
     def rdma_devices(self) -> list[str]:
         """RDMA devices of this thread's namespace."""
