@@ -476,15 +476,21 @@ def test_optional_objects_and_metrics(helm, tmp_path):
     assert {d["metadata"]["name"] for d in by_kind(off, "DeviceClass")} == {
         "network-devices", "virtual-network", "roce-devices"
     }  # fmt: skip
-    assert len(by_kind(defaults, "ValidatingAdmissionPolicy")) == 3
+    assert len(by_kind(defaults, "ValidatingAdmissionPolicy")) == 4
     no_config_policy = render(helm, "--set", "configPolicy.enabled=false")
     assert [
         p["metadata"]["name"] for p in by_kind(no_config_policy, "ValidatingAdmissionPolicy")
-    ] == ["dra-driver-resourceslices"]
+    ] == ["dra-driver-claim-sharing", "dra-driver-resourceslices"]
     assert [
         b["spec"]["policyName"]
         for b in by_kind(no_config_policy, "ValidatingAdmissionPolicyBinding")
-    ] == ["dra-driver-resourceslices"]
+    ] == ["dra-driver-claim-sharing", "dra-driver-resourceslices"]
+    neither = render(
+        helm, "--set", "configPolicy.enabled=false", "--set", "claimSharingPolicy.enabled=false"
+    )
+    assert [p["metadata"]["name"] for p in by_kind(neither, "ValidatingAdmissionPolicy")] == [
+        "dra-driver-resourceslices"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from dradriver.contract.hookspecs import Device
 from tests.deploy import cel, test_cel
 from tests.deploy.support import DEPLOY, DRIVER, device_classes, discover, run_k8scheck, selectors
 from tests.deploy.test_selectors import constructed_devices, fabricated_sysfs
+from tests.support.fakeapi import allocated_claim, opaque
 
 SA = "system:serviceaccount:dra-system:dra-driver"
 NODE_KEY = "authentication.kubernetes.io/node-name"
@@ -127,3 +128,62 @@ def policy_mistakes(k8scheck, policy_file, sa: str = SA) -> list[str]:
 def test_admission_policy_keeps_the_driver_to_its_own_node(k8scheck):
     wrong = policy_mistakes(k8scheck, DEPLOY / "driver.yaml")
     assert not wrong, "\n".join(wrong)
+
+
+def _claim(pods, results, configs=()):
+    claim = allocated_claim("c", results, uid="11111111-2222-4333-8444-555555555555",
+                            config=list(configs), pods=[])  # fmt: skip
+    claim["status"]["reservedFor"] = [
+        {"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods
+    ]
+    return claim
+
+
+NIC = [{"request": "nic", "pool": "node-a", "device": "netdev-virtual"}]
+RDMA = [{"request": "rdma", "pool": "node-a", "device": "rdma-mlx5-0"}]
+OTHER = [{"request": "gpu", "pool": "node-a", "device": "gpu-0", "driver": "gpu.example.com"}]
+# (name, old reservedFor, new reservedFor, results, configs, allowed)
+SHARING_CASES = [
+    ("a first pod", [], ["a"], NIC, (), True),
+    ("a second pod", ["a"], ["a", "b"], NIC, (), False),
+    ("two pods at once", [], ["a", "b"], NIC, (), False),
+    ("a claim shared before the policy, unchanged", ["a", "b"], ["a", "b"], NIC, (), True),
+    ("a claim shared before the policy, shrinking", ["a", "b"], ["a"], NIC, (), True),
+    ("RDMA device nodes only", ["a"], ["a", "b"], RDMA, (), True),
+    ("RoCE (combo from the class)", ["a"], ["a", "b"], RDMA,
+     (opaque({"type": "combo"}, source="FromClass"),), False),
+    ("RDMA in exclusive netns mode", ["a"], ["a", "b"], RDMA,
+     (opaque({"type": "rdma", "rdma": {"netnsMode": "exclusive"}}, requests=["rdma"]),), False),
+    ("exclusive mode for another request", ["a"], ["a", "b"], RDMA,
+     (opaque({"rdma": {"netnsMode": "exclusive"}}, requests=["other"]),), True),
+    ("a firstAvailable subrequest", ["a"], ["a", "b"],
+     [{"request": "rdma/roce", "pool": "node-a", "device": "rdma-mlx5-0"}],
+     (opaque({"type": "combo"}, requests=["rdma"]),), False),
+    ("another driver's claim", ["a"], ["a", "b"], OTHER, (), True),
+]  # fmt: skip
+
+
+@pytest.mark.timeout(1500)
+def test_a_network_claim_is_never_reserved_for_a_second_pod(k8scheck):
+    """deploy/driver.yaml's claim-sharing policy, run by Kubernetes' admission code on the
+    status updates the scheduler makes when it reserves a claim for a pod."""
+    cases = [
+        {"user": "system:kube-scheduler", "operation": "UPDATE", "kind": "ResourceClaim",
+         "resource": "resourceclaims", "namespace": "default",
+         "policy": "dra-driver-claim-sharing",
+         "object": _claim(new, results, configs), "oldObject": _claim(old, results, configs)}
+        for _, old, new, results, configs, _ in SHARING_CASES
+    ]  # fmt: skip
+    results = run_k8scheck(k8scheck, "vap", str(DEPLOY / "driver.yaml"), cases=cases)
+    wrong = []
+    for case, got in zip(SHARING_CASES, results, strict=True):
+        assert not got["errors"], f"{case[0]}: {got['errors']}"
+        if got["allowed"] != case[-1]:
+            wrong.append(f"{case[0]}: allowed={got['allowed']} {got['messages']}")
+    assert not wrong, "\n".join(wrong)
+    [message] = results[1]["messages"]
+    assert message == (
+        "ResourceClaim default/c: request nic (device netdev-virtual) goes into one pod's "
+        "network namespace, and the claim is reserved for pod a: a network claim serves one "
+        "pod; give each pod its own claim (a ResourceClaimTemplate)"
+    )
