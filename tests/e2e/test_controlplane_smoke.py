@@ -1,4 +1,4 @@
-"""Smoke test of the e2e control plane itself (no driver involved).
+"""Smoke test of the control plane itself (localcluster/controlplane.py, no driver).
 
 Needs the binaries from ``hack/build-k8s.sh``; skipped without them.
 """
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.binaries import default_bin_dir, missing_binaries
+from localcluster.controlplane import ControlPlane
+from localcluster.tokens import NODE_NAME_EXTRA
 from tests.support import hosttools
 from tests.support.waiting import wait_for
-
-from .controlplane import ControlPlane, default_bin_dir, missing_binaries
-from .tokens import NODE_NAME_EXTRA
 
 BIN_DIR = default_bin_dir()
 _MISSING = missing_binaries(BIN_DIR)

@@ -46,30 +46,26 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.support import netns as netns_
-
+from . import netns as netns_
+from .apiclient import ApiError, Rest, Source
+from .binaries import missing_binaries
 from .certs import (
     CertificateAuthority,
     issue_control_plane_certs,
     write_kubeconfig,
     write_signing_key,
 )
-from .forward import Forwarder
-from .kube import ApiError, Rest, Source
-from .procs import Component, SigtermAsInterrupt, free_port
-from .specs import (
-    K8S_VERSION,
+from .components import (
     Layout,
     apiserver_argv,
     controller_manager_argv,
     etcd_argv,
-    node_manifest,
     scheduler_argv,
 )
+from .forward import Forwarder
+from .procs import Component, SigtermAsInterrupt, free_port
+from .standins import node_manifest
 from .tokens import ServiceAccountTokens
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 # What the DRA driver needs from 1.36. All three are beta and on by default in
 # 1.36; set explicitly so the intent shows and a restart can turn one off.
@@ -78,16 +74,6 @@ DRA_FEATURE_GATES: dict[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # status.devices written by the driver
     "DRAResourceClaimGranularStatusAuthorization": True,  # resourceclaims/driver RBAC
 }
-
-
-def default_bin_dir() -> Path:
-    """Where ``hack/build-k8s.sh`` puts the binaries (``E2E_K8S_BIN_DIR`` overrides)."""
-    env = os.environ.get("E2E_K8S_BIN_DIR")
-    return Path(env) if env else REPO_ROOT / ".cache" / "k8s" / K8S_VERSION / "bin"
-
-
-def missing_binaries(bin_dir: Path) -> list[str]:
-    return [c for c in COMPONENTS if not os.access(bin_dir / c, os.X_OK)]
 
 
 class ControlPlane(ServiceAccountTokens):
@@ -139,9 +125,11 @@ class ControlPlane(ServiceAccountTokens):
 
     @property
     def server(self) -> str:
+        """The API server's URL (on the host's 127.0.0.1 either way)."""
         return f"https://127.0.0.1:{self.layout.ports['apiserver']}"
 
     def start(self) -> None:
+        """Start every component, wait until each is healthy (the work directory: empty)."""
         if self._started:
             raise RuntimeError("control plane already started")
         missing = missing_binaries(self.bin_dir)
@@ -295,12 +283,14 @@ class ControlPlane(ServiceAccountTokens):
 
     # ------------------------------------------------------------------ logs
     def logs(self, lines: int = 40) -> str:
+        """The last `lines` lines of each component's log."""
         parts = []
         for name, comp in self.components.items():
             parts.append(f"----- {name} (pid {comp.pid}, {comp.log}) -----\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     def print_logs(self, lines: int = 40) -> None:
+        """Print the components' log tails to stderr."""
         if self.components:
             print(
                 f"\n===== control plane logs (last {lines} lines each) =====\n{self.logs(lines)}",
@@ -308,6 +298,7 @@ class ControlPlane(ServiceAccountTokens):
             )
 
     def pids(self) -> dict[str, int]:
+        """The pid of each running component."""
         return {n: c.pid for n, c in self.components.items() if c.pid is not None}
 
     # ------------------------------------------------------------ the API
@@ -327,6 +318,7 @@ class ControlPlane(ServiceAccountTokens):
         self._wait(f"namespace {name}", lambda: self._has_default_sa(name), timeout)
 
     def create_namespace(self, name: str) -> None:
+        """Create a namespace, once pods can be created there."""
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     def kubectl(
@@ -354,6 +346,7 @@ class ControlPlane(ServiceAccountTokens):
 
     @property
     def kubectl_cache(self) -> Path:
+        """kubectl's discovery cache (in the work directory)."""
         return self.workdir / "kubectl-cache"
 
     def create_node(
