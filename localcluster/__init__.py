@@ -5,9 +5,9 @@ What it runs is built from source by hack/build-k8s.sh (etcd, kube-apiserver,
 kube-scheduler, kube-controller-manager, kubelet, kubectl) and hack/build-node.sh
 (containerd, runc, the pause program), as plain processes:
 
-* controlplane.py: the control plane, on the host's 127.0.0.1 for Nodes without a
-  kubelet (the e2e tier's stand-in nodes), or inside a node's network namespace for
-  its real kubelet;
+* controlplane.py: the control plane, the one way anything here starts one: on the
+  host's 127.0.0.1 for Nodes without a kubelet (the e2e tier's stand-in nodes), or
+  inside a node's network namespace for its real kubelet;
 * node.py: a local node (`LocalNode`): that control plane, containerd, runc and a
   kubelet in namespaces of their own, with images assembled here (images.py), torn
   down without a trace (sweep.py);

@@ -115,13 +115,12 @@ class LocalNode:
             self._timed("namespaces", self._namespaces)
             self.containerd.start()  # starts while the control plane comes up
             self.cp = ControlPlane(
-                self.bins.k8s,
                 lay.controlplane,
-                self.feature_gates,
+                node_netns=lay.netns,
+                feature_gates=self.feature_gates,
+                bin_dir=self.bins.k8s,
                 verbosity=self.verbosity,
                 keep_workdir=False,
-                netns=lay.netns,
-                real_nodes=True,
             )
             self._timed("control_plane", self.cp.start)
             shutil.copyfile(self.cp.admin_kubeconfig, lay.kubeconfig)

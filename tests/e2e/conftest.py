@@ -67,7 +67,7 @@ def control_plane() -> Iterator[ControlPlane]:
     if os.geteuid() != 0:
         pytest.skip("needs root (the driver runs in network namespaces)")
     workdir = tempfile.mkdtemp(prefix="dra-e2e-")
-    with ControlPlane(default_bin_dir(), workdir) as cp:
+    with ControlPlane(workdir) as cp:
         yield cp
 
 

@@ -113,7 +113,7 @@ def test_control_plane_smoke() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="dra-e2e-cp-"))
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    cp = ControlPlane(BIN_DIR, workdir)
+    cp = ControlPlane(workdir, bin_dir=BIN_DIR)
     with cp:
         timings["start"] = cp.startup_seconds or 0.0
         pids = cp.pids()
