@@ -18,5 +18,5 @@ kube-scheduler, kube-controller-manager, kubelet, kubectl) and hack/build-node.s
     python -m localcluster demo down [--workdir /tmp/dra-demo]   (make demo-down)
 
 The test tiers use it (tests/e2e, tests/node: their fixtures start it) and so does
-`make bench`; it never imports from tests/.
+`make bench`; it never imports from tests/ (tests/unit/test_localcluster_layout.py).
 """
