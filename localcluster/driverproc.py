@@ -159,6 +159,7 @@ class DriverProcess:
     def get_info(self, timeout: float = 5.0) -> registration_pb2.PluginInfo:
         """GetInfo on its registration socket, as the kubelet's plugin watcher asks."""
         with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
-            return registration_pb2_grpc.RegistrationStub(ch).GetInfo(
+            info: registration_pb2.PluginInfo = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
                 registration_pb2.InfoRequest(), timeout=timeout
             )
+            return info

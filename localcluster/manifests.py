@@ -25,5 +25,6 @@ def daemonset_env(name: str) -> str | None:
             for container in doc["spec"]["template"]["spec"]["containers"]:
                 for env in container.get("env") or []:
                     if env["name"] == name:
-                        return env.get("value")
+                        value: str | None = env.get("value")
+                        return value
     return None

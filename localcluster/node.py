@@ -185,9 +185,11 @@ class LocalNode:
     def logs(self, lines: int = 40) -> str:
         """The last `lines` lines of each component's log (control plane, containerd, kubelet)."""
         parts = [self.cp.logs(lines)] if self.cp is not None else []
-        for comp in (self.containerd.component, self.kubelet and self.kubelet.component):
-            if comp is not None:
-                parts.append(f"----- {comp.name} ({comp.log}) -----\n{comp.tail(lines)}")
+        comps = [self.containerd.component]
+        if self.kubelet is not None:
+            comps.append(self.kubelet.component)
+        for comp in comps:
+            parts.append(f"----- {comp.name} ({comp.log}) -----\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     def print_logs(self, lines: int = 40) -> None:
