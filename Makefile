@@ -198,10 +198,10 @@ node-build: ## build the local node: kubelet + control plane, containerd, runc, 
 demo: node-build ## a real node here (no Docker): driver, examples, their interfaces; until Ctrl-C
 	@$(PYTHON) -c "import dradriver, cryptography, yaml" 2>/dev/null || { echo "make demo:" \
 		"first: python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"; exit 1; }
-	$(PYTHON) -m tests.node.demo up --workdir $(LOCAL_DIR)
+	$(PYTHON) -m localcluster demo up --workdir $(LOCAL_DIR)
 
 demo-down: ## stop the `make demo` node from another terminal (or clean up a killed one)
-	$(PYTHON) -m tests.node.demo down --workdir $(LOCAL_DIR)
+	$(PYTHON) -m localcluster demo down --workdir $(LOCAL_DIR)
 
 test-node: node-build ## the node tier: a real kubelet, containerd and runc move interfaces into pods
 	DRA_NODE_REQUIRED=1 $(PYTHON) -m pytest tests/node

@@ -202,7 +202,7 @@ def node_rows(r: dict[str, Any]) -> list[str]:
     if n is None:
         return []
     if "skipped" in n:
-        return [f"| real node (tests/node) | skipped: {n['skipped']} | | | |"]
+        return [f"| real node (localcluster) | skipped: {n['skipped']} | | | |"]
     sp, sc = n["start_plain"], n["start_with_claim"]
     lines = [
         f"| real node: pod create -> Running, no claim, p50 / p99 (ms), {n['pods']} pods | "

@@ -1,4 +1,4 @@
-"""Figure 7: the real node of tests/node (kubelet, containerd, runc): pod start with and
+"""Figure 7: a real local node (localcluster: kubelet, containerd, runc): pod start with and
 without a network claim, and prepare/unprepare as the kubelet itself measures them.
 
 Pods start one after another (each alone on the node), alternating with and without
@@ -20,12 +20,12 @@ from typing import Any
 
 from bench.env import QUIET
 from bench.stats import summary
-from tests.node.binaries import default_binaries, missing
+from localcluster.binaries import default_binaries, missing
+from localcluster.driver import install_driver_objects, start_driver
+from localcluster.driverproc import DRIVER
+from localcluster.node import LocalNode, NodeUnavailable
 from tests.node.cluster import NodeCluster
-from tests.node.driver import install_driver_objects, start_driver
-from tests.node.localnode import LocalNode, NodeUnavailable
 from tests.node.scenario import plain_pod, pod, template
-from tests.support.driverproc import DRIVER
 
 METRIC = "dra_grpc_operations_duration_seconds"
 _SAMPLE = re.compile(r"^(\w+)\{(.*)\}\s+(\S+)$")
@@ -93,7 +93,7 @@ DRIVER_METRICS_PORT = 9479
 
 def kubelet_call_durations(log_text: str) -> dict[str, list[float]]:
     """Seconds of each of our driver's prepare and unprepare calls, from the kubelet's
-    own log (dra_plugin.go at verbosity 4, tests/node/configs.py): "Calling ... rpc" to
+    own log (dra_plugin.go at verbosity 4, localcluster/nodeconfig.py): "Calling ... rpc" to
     "Done calling ... rpc" of the same claim (the first claim UID after the driver name,
     in the request and in the response)."""
     started: dict[tuple[str, str], float] = {}

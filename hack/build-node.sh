@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the container runtime of the local node (tests/node, make demo):
+# Build the container runtime of the local node (localcluster/, make demo, make test-node):
 # containerd, containerd-shim-runc-v2 and ctr at the containerd version pinned
 # in hack/node/go.mod, runc (with seccomp) at its pinned version, and the
 # sandbox's pause program (hack/node/pause.c), into .cache/node/<versions>/bin/.

@@ -5,7 +5,7 @@
  * pause(), reaps any child re-parented to it (it is PID 1 of the pod when the
  * pod shares its PID namespace), and exits 0 on SIGINT or SIGTERM. Built
  * statically by hack/build-node.sh and packed into the sandbox image by
- * tests/node/images.py, because no registry can serve registry.k8s.io/pause.
+ * localcluster/images.py, because no registry can serve registry.k8s.io/pause.
  */
 #include <signal.h>
 #include <stdio.h>

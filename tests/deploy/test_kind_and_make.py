@@ -146,8 +146,8 @@ def test_all_runs_the_steps_in_order():
         ("config-policy", "python hack/gen_config_policy.py\n"),
         ("config-policy", "make manifests"),
         ("node-build", "hack/build-k8s.sh\nhack/build-node.sh"),
-        ("demo", "-m tests.node.demo up --workdir /tmp/dra-demo"),
-        ("demo-down", "-m tests.node.demo down --workdir /tmp/dra-demo"),
+        ("demo", "-m localcluster demo up --workdir /tmp/dra-demo"),
+        ("demo-down", "-m localcluster demo down --workdir /tmp/dra-demo"),
         ("test-node", "-m pytest tests/node"),
     ],
 )

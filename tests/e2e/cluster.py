@@ -19,17 +19,14 @@ from urllib.parse import quote, urlencode
 
 import yaml
 
+from localcluster.apiclient import ApiError, load_documents
+from localcluster.controlplane import ControlPlane
+from localcluster.manifests import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, driver_manifests
 from tests.support.driverproc import DRIVER
 from tests.support.waiting import wait_for
 
-from .controlplane import REPO_ROOT, ControlPlane
-from .kube import ApiError, load_documents
-
-DEPLOY = REPO_ROOT / "deploy"
 RESOURCE = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE}/resourceslices"
-DRIVER_NAMESPACE = "dra-system"
-DRIVER_SA = "dra-driver"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 CONFIG_POLICY = DEPLOY / "config-policy.yaml"
 # Set by the resourceclaim controller on the claims it generates from a pod's templates.
@@ -38,11 +35,6 @@ POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 # under a second; after a kube-apiserver restart their informers back off on the errors
 # they met meanwhile (up to client-go's 30 s cap) before they see changes again.
 CONTROLLERS = 90.0
-
-
-def driver_manifests() -> list[dict[str, Any]]:
-    """deploy/driver.yaml without its DaemonSet (no kubelet could run it), unchanged."""
-    return [d for d in load_documents(DEPLOY / "driver.yaml") if d["kind"] != "DaemonSet"]
 
 
 def config_policy_manifests() -> list[dict[str, Any]]:
@@ -74,17 +66,6 @@ def config_probes() -> dict[str, dict[str, Any]]:
             },
         }
     return probes
-
-
-def daemonset_env(name: str) -> str | None:
-    """The value of environment variable `name` of the driver container in deploy/driver.yaml."""
-    for doc in load_documents(DEPLOY / "driver.yaml"):
-        if doc["kind"] == "DaemonSet":
-            for container in doc["spec"]["template"]["spec"]["containers"]:
-                for env in container.get("env") or []:
-                    if env["name"] == name:
-                        return env.get("value")
-    return None
 
 
 def example_objects(path: Path, namespace: str) -> list[dict[str, Any]]:

@@ -25,14 +25,16 @@ import pytest
 import yaml
 
 from dradriver.contract import naming
+from localcluster.apiclient import dns_label
+from localcluster.binaries import default_bin_dir, missing_binaries
+from localcluster.controlplane import ControlPlane
+from localcluster.forward import Forwarder
+from localcluster.manifests import daemonset_env
 from tests.support import netns
 from tests.support.driverproc import DriverProcess
 from tests.support.runtime import links_in
 
-from .cluster import Cluster, daemonset_env
-from .controlplane import ControlPlane, default_bin_dir, missing_binaries
-from .forward import Forwarder
-from .specs import dns_label
+from .cluster import Cluster
 
 NODE = "e2e-node"
 PARENT = "eth0"  # the node's interface the macvlan examples hang off (as in kind)
@@ -65,7 +67,7 @@ def control_plane() -> Iterator[ControlPlane]:
     if os.geteuid() != 0:
         pytest.skip("needs root (the driver runs in network namespaces)")
     workdir = tempfile.mkdtemp(prefix="dra-e2e-")
-    with ControlPlane(default_bin_dir(), workdir) as cp:
+    with ControlPlane(workdir) as cp:
         yield cp
 
 

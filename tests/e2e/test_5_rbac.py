@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from localcluster.apiclient import ApiError
 from tests.support.driverproc import DRIVER
 
 from .cluster import (
@@ -24,7 +25,6 @@ from .cluster import (
     wait_for,
 )
 from .conftest import Node
-from .kube import ApiError
 from .kubelet import check_answer, results
 from .test_3_capacity import claim_pod, veth_template
 

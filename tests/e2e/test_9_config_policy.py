@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.apiclient import ApiError
 from tests.support import configcases as cc
 from tests.support.driverproc import DRIVER
 from tests.support.waiting import wait_for
 
 from .cluster import ADMISSION, RESOURCE, Cluster, config_policy_manifests
-from .kube import ApiError
 
 pytestmark = [pytest.mark.e2e]
 

@@ -30,14 +30,15 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.apiclient import ApiError, load_documents
+from localcluster.forward import Forwarder
+from localcluster.manifests import DEPLOY
 from tests.support.driverproc import DriverProcess
 from tests.support.helm import Helm, device_classes, pod_env
 from tests.support.waiting import wait_for
 
-from .cluster import ADMISSION, CONTROLLERS, DEPLOY, RESOURCE, SLICES, Cluster
+from .cluster import ADMISSION, CONTROLLERS, RESOURCE, SLICES, Cluster
 from .conftest import Node, forwarded, node_machine
-from .forward import Forwarder
-from .kube import ApiError, load_documents
 from .kubelet import check_answer, results, spec_files
 from .test_3_capacity import claim_pod, veth_template
 

@@ -1,4 +1,4 @@
-"""Smoke test of the e2e control plane itself (no driver involved).
+"""Smoke test of the control plane itself (localcluster/controlplane.py, no driver).
 
 Needs the binaries from ``hack/build-k8s.sh``; skipped without them.
 """
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.binaries import default_bin_dir, missing_binaries
+from localcluster.controlplane import ControlPlane
+from localcluster.tokens import NODE_NAME_EXTRA
 from tests.support import hosttools
 from tests.support.waiting import wait_for
-
-from .controlplane import ControlPlane, default_bin_dir, missing_binaries
-from .tokens import NODE_NAME_EXTRA
 
 BIN_DIR = default_bin_dir()
 _MISSING = missing_binaries(BIN_DIR)
@@ -113,7 +113,7 @@ def test_control_plane_smoke() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="dra-e2e-cp-"))
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    cp = ControlPlane(BIN_DIR, workdir)
+    cp = ControlPlane(workdir, bin_dir=BIN_DIR)
     with cp:
         timings["start"] = cp.startup_seconds or 0.0
         pids = cp.pids()

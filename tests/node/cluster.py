@@ -8,17 +8,16 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+from localcluster.node import LocalNode
 from tests.e2e.cluster import CONTROLLERS, Cluster
 from tests.support.waiting import wait_for
-
-from .localnode import LocalNode
 
 EVENTS = "/api/v1/namespaces/{ns}/events"
 
 
 class NodeCluster(Cluster):
     """The local node's cluster. `self.node` is the Node's name, registered by its
-    kubelet; the driver objects of deploy/ are applied by tests/node/driver.py."""
+    kubelet; the driver objects of deploy/ are applied by localcluster/driver.py."""
 
     def __init__(self, node: LocalNode) -> None:
         super().__init__(node.control_plane, node.name)

@@ -1,5 +1,5 @@
 """Fixtures of the node tier: one local node for the session (a real kubelet,
-containerd and runc, see localnode.py), drivers started on it per test, and a
+containerd and runc, see localcluster/node.py), drivers started on it per test, and a
 Kubernetes namespace per test.
 
 Teardown runs on failure and on Ctrl-C too: a test's namespace is deleted while a
@@ -20,16 +20,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.specs import dns_label
+from localcluster.apiclient import dns_label
+from localcluster.binaries import default_binaries, missing
+from localcluster.driver import HostDriver, install_driver_objects
+from localcluster.node import LocalNode
+from localcluster.sweep import sweep_abandoned
 from tests.support import netns
 from tests.support.waiting import wait_for
 
-from .binaries import default_binaries, missing
 from .cluster import NodeCluster
-from .driver import HostDriver, install_driver_objects
 from .leftovers import driver_state
-from .localnode import LocalNode
-from .sweep import sweep_abandoned
 
 PREFIX = "dratest-node-"
 _timings: dict[str, float] = {}  # of the session's node, for the terminal summary

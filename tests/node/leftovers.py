@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dradriver.contract import naming
+from localcluster.layout import NodeLayout
 from tests.support.driverproc import DRIVER
 from tests.support.runtime import links_in
-
-from .layout import NodeLayout
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from localcluster.images import BUSYBOX_IMAGE
 from tests.support.driverproc import DRIVER
-
-from .images import BUSYBOX_IMAGE
 
 # An app that sleeps and exits at once on SIGTERM (busybox sleep itself ignores it).
 SLEEPER = ["sh", "-c", "trap 'exit 0' TERM INT; while true; do sleep 3600 & wait $!; done"]

@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .configs import KUBELET_SYSCTLS, SANDBOX_IMAGE, cni_network, containerd_config, kubelet_config
-from .driver import IPV6_TEST_RANGE, claim_address_ranges
-from .examples import EXAMPLE_FILES, adapt
-from .images import write_archive
-from .layout import GATEWAY_IP, NODE_IP, POD_SUBNET, NodeLayout
-from .namespaces import mount_script
-from .podnet import parse_exec
+from localcluster.driver import IPV6_TEST_RANGE, claim_address_ranges
+from localcluster.examples import EXAMPLE_FILES, adapt
+from localcluster.images import write_archive
+from localcluster.layout import GATEWAY_IP, NODE_IP, POD_SUBNET, NodeLayout
+from localcluster.namespaces import mount_script
+from localcluster.nodeconfig import (
+    KUBELET_SYSCTLS,
+    SANDBOX_IMAGE,
+    cni_network,
+    containerd_config,
+    kubelet_config,
+)
+from localcluster.podnet import parse_exec
 
 LAY = NodeLayout("dratest-node-abc123", Path("/tmp/dratest-node-abc123"))
 

@@ -3,13 +3,13 @@ and what the driver reported in the claim's status."""
 
 from __future__ import annotations
 
+from localcluster.driver import HostDriver
+from localcluster.layout import PARENT
+from localcluster.podnet import via_exec, via_sandbox
 from tests.support.driverproc import DRIVER
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .driver import HostDriver
-from .layout import PARENT
-from .podnet import via_exec, via_sandbox
 from .scenario import pod, template
 
 

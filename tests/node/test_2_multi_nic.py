@@ -3,17 +3,19 @@ interfaces in the pod with the example's settings, each claim's status filled.""
 
 from __future__ import annotations
 
-from tests.e2e.cluster import DEPLOY, example_objects, template_config
+from localcluster.driver import HostDriver
+from localcluster.examples import adapt
+from localcluster.manifests import DEPLOY
+from localcluster.podnet import via_exec
+from tests.e2e.cluster import example_objects, template_config
+from tests.support import kernel
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .driver import HostDriver
-from .examples import adapt
-from .podnet import via_exec
 
 
 def test_multi_nic_example_gets_both_interfaces(cluster: NodeCluster, driver: HostDriver, kns):
-    docs, _notes = adapt(example_objects(DEPLOY / "multi-nic-deployment.yaml", kns))
+    docs, _notes = adapt(example_objects(DEPLOY / "multi-nic-deployment.yaml", kns), kernel.missing)
     cluster.apply(docs, kns)
     templates = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ResourceClaimTemplate"}
     want = {name: template_config(t) for name, t in templates.items()}  # data-net, control-net

@@ -3,10 +3,10 @@ stays Pending with the scheduler's reason, and runs once one of the three is gon
 
 from __future__ import annotations
 
+from localcluster.podnet import via_exec
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .podnet import via_exec
 from .scenario import pod, template
 
 SLOTS = 3

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from localcluster.driver import HostDriver
+from localcluster.layout import PARENT
+from localcluster.podnet import via_exec
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .driver import HostDriver
-from .layout import PARENT
 from .leftovers import driver_state
-from .podnet import via_exec
 from .scenario import pod, template
 
 KINDS = {

@@ -5,11 +5,11 @@ unprepares what the old one prepared."""
 
 from __future__ import annotations
 
+from localcluster.podnet import via_exec
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
 from .leftovers import driver_state
-from .podnet import via_exec
 from .scenario import pod, template
 
 PODS = 6

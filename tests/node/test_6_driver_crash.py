@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
+from localcluster.podnet import via_exec
+
 from .cluster import NodeCluster
 from .leftovers import driver_state
-from .podnet import via_exec
 from .scenario import pod, template
 
 PODS = 6

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from localcluster.podnet import via_exec, via_sandbox
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .podnet import via_exec, via_sandbox
 from .scenario import SLEEPER, pod, template
 
 # First run: leave a mark on the pod's emptyDir and fail; any later run sleeps.

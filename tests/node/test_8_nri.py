@@ -17,15 +17,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tests.e2e.cluster import DEPLOY, example_objects, template_config
+from localcluster.driver import HostDriver
+from localcluster.examples import adapt
+from localcluster.images import BUSYBOX_IMAGE
+from localcluster.manifests import DEPLOY
+from localcluster.podnet import sandbox_pid, via_exec, via_sandbox
+from tests.e2e.cluster import example_objects, template_config
+from tests.support import kernel
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
-from .driver import HostDriver
-from .examples import adapt
-from .images import BUSYBOX_IMAGE
 from .leftovers import driver_state
-from .podnet import sandbox_pid, via_exec, via_sandbox
 from .scenario import SLEEPER, pod, template
 
 NETDEV = {
@@ -288,7 +290,7 @@ def _single_nic_examples_run(cluster: NodeCluster, kns: str) -> None:
     """deploy/deployment.yaml's single-NIC examples (as the kernel allows: a veth where
     it lacks dummy) reach their pods through CDI netDevices, with the examples' settings.
     The RDMA and RoCE examples need hardware this machine lacks: left out."""
-    docs, _notes = adapt(example_objects(DEPLOY / "deployment.yaml", kns))
+    docs, _notes = adapt(example_objects(DEPLOY / "deployment.yaml", kns), kernel.missing)
     wanted = ("dummy-net1", "macvlan-data0")
     docs = [d for d in docs if d["metadata"]["name"] in wanted]
     cluster.apply(docs, kns)

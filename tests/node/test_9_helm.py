@@ -4,7 +4,7 @@ kubelet, and pods of the chart's DeviceClass given their interface by the real r
 
 The chart's DaemonSet cannot run here: there is no driver image (docs/testing.md, "The local
 node"). Its nodeSelector therefore matches no node, and its driver runs as the node
-tier's does, a host process with a stand-in pod's identity (tests/node/driver.py), but
+tier's does, a host process with a stand-in pod's identity (localcluster/driver.py), but
 from exactly the environment the release renders for the DaemonSet's container (every
 setting, the downward API's fields filled in for the stand-in pod), as the chart's
 ServiceAccount: the chart's RBAC, admission policy and DeviceClasses are what let it
@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import DEPLOY
-from tests.e2e.kube import load_documents
+from localcluster.apiclient import load_documents
+from localcluster.driver import HostDriver
+from localcluster.layout import PARENT
+from localcluster.manifests import DEPLOY
+from localcluster.node import LocalNode
+from localcluster.podnet import via_exec
 from tests.support.helm import Helm, device_classes, pod_env
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
 from .conftest import Drivers
-from .driver import HostDriver
-from .layout import PARENT
 from .leftovers import driver_state
-from .localnode import LocalNode
-from .podnet import via_exec
 from .scenario import pod, template
 
 CHART = DEPLOY / "helm" / "dra-driver"

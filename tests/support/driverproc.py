@@ -1,19 +1,13 @@
-"""The real driver daemon as a child process in a network namespace, and a kubelet-side client."""
+"""The real driver daemon as a child process in a network namespace
+(localcluster.driverproc), and a kubelet-side client: where no kubelet runs, the tests
+play it and call the driver over its sockets."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import grpc
 
-from dradriver.contract import naming
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -22,143 +16,15 @@ from dradriver.kubelet.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-from dradriver.kubelet.sockets import SocketPaths, socket_paths
-from dradriver.settings import Settings
+from localcluster.driverproc import DRIVER, RUNNING
+from localcluster.driverproc import DriverProcess as Daemon
 
-DRIVER = "dra.example.com"
-REPO_ROOT = Path(__file__).resolve().parents[2]  # `python -m dradriver` runs this checkout
-RUNNING: set[int] = set()  # pids of daemons started by tests (checked at session end)
+__all__ = ["DRIVER", "RUNNING", "DriverProcess"]
 
 
-class DriverProcess:
-    """`dra-driver run` with its own kubelet directories under `root` (or the given
-    ones: a real kubelet's, on the node tier)."""
-
-    def __init__(
-        self,
-        root: Path,
-        ns: str,
-        kubeconfig: Path,
-        node: str = "node-a",
-        pod_uid: str | None = None,
-        args: tuple[str, ...] = (),
-        env: dict[str, str] | None = None,
-        driver: str = DRIVER,
-        own_flags: bool = True,
-        *,
-        registry: Path | None = None,
-        plugins: Path | None = None,
-        cdi: Path | None = None,
-        enter: Sequence[str] | None = None,
-    ) -> None:
-        """`own_flags` False: only --kubeconfig and `args` are given, everything else comes
-        from `env` (as in a pod of the DaemonSet), whose directories must be root's.
-        `enter`: the command prefix that puts it in its namespaces (default: `ip netns
-        exec <ns>`, the network namespace only)."""
-        self.root = root
-        self.driver = driver
-        self.ns = ns
-        self.registry = registry or root / "registry"
-        self.plugins = plugins or root / "plugins"
-        self.cdi = cdi or root / "cdi"
-        self.state = self.cdi / f"{driver}-state"
-        self.node = node
-        self.pod_uid = pod_uid
-        self.log_path = root / f"driver-{pod_uid or 'main'}.log"
-        self.cmd = [
-            *(enter if enter is not None else ("ip", "netns", "exec", ns)),
-            *(sys.executable, "-m", "dradriver", "run"),
-            *("--kubeconfig", str(kubeconfig)),
-        ]
-        if own_flags:
-            self.cmd += [
-                *("--node-name", node),
-                *("--kubelet-registry-dir", str(self.registry)),
-                *("--kubelet-plugins-dir", str(self.plugins)),
-                *("--cdi-dir", str(self.cdi)),
-                *("--publish-interval", "2"),
-            ]
-        self.cmd += args
-        if pod_uid and own_flags:
-            self.cmd += ["--pod-uid", pod_uid]
-        self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def _paths(self) -> SocketPaths:
-        return socket_paths(
-            Settings(
-                node_name=self.node,
-                driver_name=self.driver,
-                kubelet_registry_dir=self.registry,
-                kubelet_plugins_dir=self.plugins,
-                pod_uid=self.pod_uid,
-            )
-        )
-
-    @property
-    def owner(self) -> str:
-        """The owner ID this instance tags its interfaces with."""
-        return naming.owner_id(self.driver, os.path.realpath(self.state))
-
-    @property
-    def reg_socket(self) -> Path:
-        return self._paths.registration
-
-    @property
-    def service_socket(self) -> Path:
-        return self._paths.service
-
-    def start(self, wait: bool = True) -> DriverProcess:
-        self.logf = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            self.cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
-        )
-        RUNNING.add(self.proc.pid)
-        if wait:
-            self.wait_ready()
-        return self
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"driver exited with {self.proc.returncode}:\n{self.log()}")
-            if self.reg_socket.exists():
-                try:
-                    self.get_info(timeout=2)
-                    return
-                except grpc.RpcError:
-                    pass
-            time.sleep(0.05)
-        raise AssertionError(f"driver not ready after {timeout}s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        RUNNING.discard(self.proc.pid)
-        self.logf.close()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
-
-    # -- kubelet side -------------------------------------------------------------------
-
-    def get_info(self, timeout: float = 5.0) -> Any:
-        with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
-            return registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                registration_pb2.InfoRequest(), timeout=timeout
-            )
+class DriverProcess(Daemon):
+    """`dra-driver run` with its own kubelet directories under `root`, and the calls a
+    kubelet makes to it (registration status, prepare, unprepare)."""
 
     def notify(self, registered: bool, error: str = "") -> None:
         with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from dradriver.kernel import netlink
+from localcluster.netns import inside
 from tests.support.hosttools import run
 
-CLONE_NEWNET = 0x40000000
+__all__ = ["CREATED", "create", "delete", "fd", "inside", "ip", "ip_host", "ours"]
+
 PREFIX = "dratest-"
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
 CREATED: set[str] = set()  # namespaces this test session made (checked at its end)
 
 
@@ -44,22 +33,6 @@ def ours() -> list[str]:
     """Test namespaces currently present."""
     out = run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
-
-
-@contextmanager
-def inside(name: str) -> Iterator[None]:
-    """Run this thread inside namespace `name` (netlink sockets reopen there)."""
-    original = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(Path("/run/netns") / name, os.O_RDONLY)
-    netlink.close()
-    try:
-        _setns(target)
-        yield
-    finally:
-        netlink.close()
-        _setns(original)
-        os.close(target)
-        os.close(original)
 
 
 def fd(name: str) -> int:

@@ -19,7 +19,7 @@ import yaml
 from dradriver.apiserver import kubeconfig
 from dradriver.apiserver.kubeapi import ApiError, KubeApi
 from dradriver.apiserver.kubeconfig import KubeconfigError
-from tests.e2e.certs import CertificateAuthority
+from localcluster.certs import CertificateAuthority
 
 
 class Server:

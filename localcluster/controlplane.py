@@ -1,11 +1,19 @@
-"""The real Kubernetes control plane as plain processes on 127.0.0.1.
+"""The real Kubernetes control plane as plain processes: the one way a local cluster
+starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager.
 
-etcd, kube-apiserver, kube-scheduler and kube-controller-manager, built by
-``hack/build-k8s.sh``, with a throw-away PKI, free ports and everything under
-one work directory that is removed on stop. There is no kubelet: a Node object
-stands for this machine (``create_node``) and pods bound to it stay Pending.
+Built by ``hack/build-k8s.sh``, with a throw-away PKI, free ports and everything under
+one work directory that is removed on stop. Where it runs is the one choice:
 
-    with ControlPlane(default_bin_dir(), workdir) as cp:
+* on the host's 127.0.0.1 (the default), for Nodes without a kubelet: ``create_node``
+  makes a Ready stand-in Node for this machine, and pods bound to it stay Pending
+  unless someone plays the kubelet (the e2e tier);
+* inside the network namespace of a real node (``node_netns=``), for that node's
+  kubelet: kube-apiserver can reach it (exec, logs), the node lifecycle controller and
+  the not-ready taint do their usual job, and a forwarder on the host's 127.0.0.1 at
+  the API server's own port leads into the namespace, so one kubeconfig serves the
+  host and the node (``LocalNode``, node.py: ``make demo`` and the node tier).
+
+    with ControlPlane(workdir) as cp:
         node_uid = cp.create_node("node-1")
         cp.apply(Path("deploy/driver.yaml"))
         kubeconfig = cp.serviceaccount_kubeconfig("dra", "dra-driver", "node-1")
@@ -15,12 +23,6 @@ also runs on an exception in the ``with`` block, on Ctrl-C and on SIGTERM (turne
 into KeyboardInterrupt while the control plane runs), at interpreter exit, and,
 as a last resort, by the kernel (parent-death signal) if Python itself is killed.
 
-The node tier runs the same control plane inside the node's network namespace
-(``netns=``, ``real_nodes=True``): the components start there, a forwarder on the
-host's 127.0.0.1 at the API server's own port leads into it (so one kubeconfig
-serves the host and the node), and kube-apiserver is set up to talk to a real
-kubelet.
-
 As a pytest session fixture (a test's failure does not reach the fixture, so
 call ``cp.print_logs()`` from a ``pytest_runtest_makereport`` hook to see why):
 
@@ -28,7 +30,7 @@ call ``cp.print_logs()`` from a ``pytest_runtest_makereport`` hook to see why):
     def control_plane() -> Iterator[ControlPlane]:
         if missing := missing_binaries(default_bin_dir()):
             pytest.skip(f"{missing} not built: run hack/build-k8s.sh")
-        with ControlPlane(default_bin_dir(), tempfile.mkdtemp(prefix="dra-e2e-")) as cp:
+        with ControlPlane(tempfile.mkdtemp(prefix="dra-e2e-")) as cp:
             yield cp
 """
 
@@ -46,30 +48,26 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.support import netns as netns_
-
+from . import netns as netns_
+from .apiclient import ApiError, Rest, Source
+from .binaries import default_bin_dir, missing_binaries
 from .certs import (
     CertificateAuthority,
     issue_control_plane_certs,
     write_kubeconfig,
     write_signing_key,
 )
-from .forward import Forwarder
-from .kube import ApiError, Rest, Source
-from .procs import Component, SigtermAsInterrupt, free_port
-from .specs import (
-    K8S_VERSION,
+from .components import (
     Layout,
     apiserver_argv,
     controller_manager_argv,
     etcd_argv,
-    node_manifest,
     scheduler_argv,
 )
+from .forward import Forwarder
+from .procs import Component, SigtermAsInterrupt, free_port
+from .standins import node_manifest
 from .tokens import ServiceAccountTokens
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 # What the DRA driver needs from 1.36. All three are beta and on by default in
 # 1.36; set explicitly so the intent shows and a restart can turn one off.
@@ -80,33 +78,25 @@ DRA_FEATURE_GATES: dict[str, bool] = {
 }
 
 
-def default_bin_dir() -> Path:
-    """Where ``hack/build-k8s.sh`` puts the binaries (``E2E_K8S_BIN_DIR`` overrides)."""
-    env = os.environ.get("E2E_K8S_BIN_DIR")
-    return Path(env) if env else REPO_ROOT / ".cache" / "k8s" / K8S_VERSION / "bin"
-
-
-def missing_binaries(bin_dir: Path) -> list[str]:
-    return [c for c in COMPONENTS if not os.access(bin_dir / c, os.X_OK)]
-
-
 class ControlPlane(ServiceAccountTokens):
-    """etcd + kube-apiserver + kube-scheduler + kube-controller-manager."""
+    """etcd + kube-apiserver + kube-scheduler + kube-controller-manager (see the module
+    docstring): on the host for stand-in Nodes, or in `node_netns` for a real node's
+    kubelet. `bin_dir`: where the binaries are (default: hack/build-k8s.sh's)."""
 
     def __init__(
         self,
-        bin_dir: Path | str,
         workdir: Path | str,
-        feature_gates: Mapping[str, bool] | None = None,
         *,
+        node_netns: str | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
+        bin_dir: Path | str | None = None,
         verbosity: int = 2,
         keep_workdir: bool | None = None,
-        netns: str | None = None,
-        real_nodes: bool = False,
     ) -> None:
-        self.bin_dir = Path(bin_dir)
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else default_bin_dir()
         self.workdir = Path(workdir)
-        self.netns = netns
+        self.netns = node_netns
+        real_nodes = node_netns is not None
         self.layout = Layout(self.bin_dir, self.workdir, verbosity, real_nodes=real_nodes)
         self.forwarder: Forwarder | None = None
         self.feature_gates: dict[str, bool] = {**DRA_FEATURE_GATES, **(feature_gates or {})}
@@ -139,9 +129,11 @@ class ControlPlane(ServiceAccountTokens):
 
     @property
     def server(self) -> str:
+        """The API server's URL (on the host's 127.0.0.1 either way)."""
         return f"https://127.0.0.1:{self.layout.ports['apiserver']}"
 
     def start(self) -> None:
+        """Start every component, wait until each is healthy (the work directory: empty)."""
         if self._started:
             raise RuntimeError("control plane already started")
         missing = missing_binaries(self.bin_dir)
@@ -295,12 +287,14 @@ class ControlPlane(ServiceAccountTokens):
 
     # ------------------------------------------------------------------ logs
     def logs(self, lines: int = 40) -> str:
+        """The last `lines` lines of each component's log."""
         parts = []
         for name, comp in self.components.items():
             parts.append(f"----- {name} (pid {comp.pid}, {comp.log}) -----\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     def print_logs(self, lines: int = 40) -> None:
+        """Print the components' log tails to stderr."""
         if self.components:
             print(
                 f"\n===== control plane logs (last {lines} lines each) =====\n{self.logs(lines)}",
@@ -308,6 +302,7 @@ class ControlPlane(ServiceAccountTokens):
             )
 
     def pids(self) -> dict[str, int]:
+        """The pid of each running component."""
         return {n: c.pid for n, c in self.components.items() if c.pid is not None}
 
     # ------------------------------------------------------------ the API
@@ -327,6 +322,7 @@ class ControlPlane(ServiceAccountTokens):
         self._wait(f"namespace {name}", lambda: self._has_default_sa(name), timeout)
 
     def create_namespace(self, name: str) -> None:
+        """Create a namespace, once pods can be created there."""
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     def kubectl(
@@ -354,6 +350,7 @@ class ControlPlane(ServiceAccountTokens):
 
     @property
     def kubectl_cache(self) -> Path:
+        """kubectl's discovery cache (in the work directory)."""
         return self.workdir / "kubectl-cache"
 
     def create_node(

@@ -8,12 +8,11 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from tests.e2e.procs import Component
-
 from .binaries import Binaries
-from .configs import cni_network, containerd_config
 from .images import Image, arch
 from .layout import NodeLayout
+from .nodeconfig import cni_network, containerd_config
+from .procs import Component
 
 NAMESPACE = "k8s.io"  # containerd's namespace for everything the CRI does
 
@@ -83,6 +82,7 @@ class Containerd:
             raise RuntimeError(f"images {absent} not in containerd after import: {sorted(present)}")
 
     def stop(self) -> None:
+        """Stop containerd (the shims and containers keep running)."""
         self.component.stop()
 
     def restart(self, nri: bool | None = None) -> None:
@@ -95,4 +95,5 @@ class Containerd:
         self.wait_ready()
 
     def running(self) -> bool:
+        """Whether containerd runs."""
         return self.component.running()

@@ -1,15 +1,16 @@
 """A TCP forwarder between 127.0.0.1 of two network namespaces.
 
-The e2e tier: the driver runs in a throw-away network namespace (so its kernel
-objects are isolated) while kube-apiserver listens on the host's loopback, so the
-forwarder listens inside the driver's namespace and connects out here. The node tier
-is the reverse: the whole node, kube-apiserver included, runs in a namespace of its
-own, and users on the host reach it through a listener here that connects inside.
+With stand-in nodes (the e2e tier) a driver runs in a throw-away network namespace
+(so its kernel objects are isolated) while kube-apiserver listens on the host's
+loopback, so the forwarder listens inside the driver's namespace and connects out
+here. A local node (`make demo`, the node tier) is the reverse: the whole node,
+kube-apiserver included, runs in a namespace of its own, and users on the host reach
+it through a listener here that connects inside.
 
 A socket belongs to the namespace it was made in, so each socket is created inside
 its namespace (`netns.inside` switches only the creating thread, briefly); everything
 else runs in this process's namespace. The API server's certificate names 127.0.0.1,
-so TLS passes through unchanged (the node tier even keeps the port the same on both
+so TLS passes through unchanged (a local node even keeps the port the same on both
 sides, so one kubeconfig serves the host and the node).
 """
 
@@ -21,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
 
-from tests.support import netns
+from . import netns
 
 
 class Forwarder:
@@ -60,6 +61,7 @@ class Forwarder:
         self.stop()
 
     def start(self) -> None:
+        """Listen (in `namespace`) and forward each connection from a thread of its own."""
         with _inside(self.namespace):
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

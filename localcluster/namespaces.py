@@ -9,8 +9,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from .configs import KUBELET_SYSCTLS
 from .layout import GATEWAY_IP, NODE_IP, NODE_PREFIX, PARENT, PRIVATE_DIRS, NodeLayout
+from .nodeconfig import KUBELET_SYSCTLS
 
 
 def _run(*argv: str) -> None:

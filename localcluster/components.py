@@ -1,27 +1,20 @@
-"""Command lines of the control-plane components, and the manifests of the
-stand-in objects (Node, driver Pod) that replace what a kubelet would do."""
+"""Where one control plane keeps its files and ports (`Layout`), and the command lines
+of its components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler."""
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .certs import CertPair
 
-K8S_VERSION = "v1.36.3"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.96.0.0/24"  # only allocates Service objects; no traffic goes there
 
 
-def dns_label(text: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
-
-
 def gates_flag(gates: Mapping[str, bool]) -> str:
+    """The --feature-gates flag of `gates`, sorted by name."""
     return "--feature-gates=" + ",".join(
         f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items())
     )
@@ -44,10 +37,12 @@ class Layout:
     sa_pub: Path = Path()
 
     def kubeconfig(self, user: str) -> Path:
+        """The kubeconfig file of one of the control plane's users (admin, scheduler, kcm)."""
         return self.workdir / f"{user}.kubeconfig"
 
 
 def etcd_argv(lay: Layout) -> list[str]:
+    """etcd's command line: one member on 127.0.0.1, data in the work directory, no fsync."""
     client = f"http://127.0.0.1:{lay.ports['etcd']}"
     peer = f"http://127.0.0.1:{lay.ports['etcd-peer']}"
     return [
@@ -65,6 +60,7 @@ def etcd_argv(lay: Layout) -> list[str]:
 
 
 def apiserver_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
+    """kube-apiserver's command line, with `gates` (for stand-in or real nodes)."""
     return [
         str(lay.bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{lay.ports['etcd']}",
@@ -138,6 +134,7 @@ def _client_flags(lay: Layout, user: str, gates: Mapping[str, bool]) -> list[str
 
 
 def controller_manager_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
+    """kube-controller-manager's command line, with `gates`."""
     return [
         str(lay.bin_dir / "kube-controller-manager"),
         *_client_flags(lay, "kcm", gates),
@@ -156,84 +153,5 @@ def controller_manager_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]
 
 
 def scheduler_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
+    """kube-scheduler's command line, with `gates`."""
     return [str(lay.bin_dir / "kube-scheduler"), *_client_flags(lay, "scheduler", gates)]
-
-
-def node_manifest(
-    name: str, resources: Mapping[str, str], labels: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """A Node as a kubelet would register it: Ready, with allocatable resources."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                **(labels or {}),
-            },
-        },
-        "spec": {},
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": dict(resources),
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "e2e stand-in node, no kubelet",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": name},
-            ],
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": K8S_VERSION,
-                "containerRuntimeVersion": "none://0",
-                "kernelVersion": "",
-                "osImage": "",
-                "bootID": "",
-                "machineID": "",
-                "systemUUID": "",
-                "kubeProxyVersion": "",
-            },
-        },
-    }
-
-
-def standin_pod_manifest(name: str, sa_name: str, node_name: str) -> dict[str, Any]:
-    """A Pod bound to ``node_name`` that never runs: the object a pod-bound
-    ServiceAccount token of the driver refers to."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"dra-e2e/stand-in": "driver"}},
-        "spec": {
-            "nodeName": node_name,
-            "serviceAccountName": sa_name,
-            "automountServiceAccountToken": False,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "driver", "image": "stand-in.invalid/driver:e2e"}],
-        },
-    }
-
-
-def token_request(pod_name: str, pod_uid: str, expiration_seconds: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "audiences": [],  # empty: the API server's own audiences
-            "expirationSeconds": expiration_seconds,
-            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod_name, "uid": pod_uid},
-        },
-    }

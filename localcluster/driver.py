@@ -1,4 +1,4 @@
-"""The driver on the local node, run the way its DaemonSet would run it.
+"""The driver on a local node, run the way its DaemonSet would run it.
 
 One mode exists: "host-process". The driver runs as a host process inside the
 node's network and mount namespaces (where the runtime mounts pods' network
@@ -21,14 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from tests.e2e.cluster import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, daemonset_env, driver_manifests
-from tests.e2e.kube import ApiError
-from tests.support.driverproc import DRIVER, DriverProcess
-from tests.support.waiting import wait_for
-
+from .apiclient import ApiError
+from .driverproc import DRIVER, DriverProcess
 from .images import BUSYBOX_IMAGE
 from .layout import PARENT
-from .localnode import LocalNode
+from .manifests import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA, daemonset_env, driver_manifests
+from .node import LocalNode
+from .waiting import wait_for
 
 STAND_IN_LABEL = "dra-driver.example.com/host-process"
 # The tests' IPv6 claim addresses are in IPv6's documentation range; the examples have
@@ -99,9 +98,17 @@ class DriverMode(Protocol):
 
     pod_uid: str
 
-    def start(self, wait: bool = True) -> DriverMode: ...
-    def stop(self, sig: int = signal.SIGTERM) -> None: ...
-    def log(self) -> str: ...
+    def start(self, wait: bool = True) -> DriverMode:
+        """Start it; with `wait`, until the kubelet registered it."""
+        ...
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop it with `sig`."""
+        ...
+
+    def log(self) -> str:
+        """Everything it logged so far."""
+        ...
 
 
 class HostDriver:
@@ -129,14 +136,17 @@ class HostDriver:
 
     @property
     def pod_uid(self) -> str:
+        """The UID of its Pod."""
         return str(self.pod["metadata"]["uid"])
 
     @property
     def pod_name(self) -> str:
+        """The name of its Pod."""
         return str(self.pod["metadata"]["name"])
 
     @property
     def process(self) -> DriverProcess:
+        """The driver process (once started)."""
         if self.proc is None:
             raise RuntimeError("driver not started")
         return self.proc
@@ -222,6 +232,7 @@ class HostDriver:
             self.proc.stop(sig)  # one that exited already is only reaped
 
     def kill(self) -> None:
+        """SIGKILL, as a crash would end it; its Pod stays."""
         self.stop(signal.SIGKILL)
 
     def signal(self, sig: int) -> None:
@@ -239,18 +250,22 @@ class HostDriver:
                 raise
 
     def log(self) -> str:
+        """Everything it logged so far."""
         return self.proc.log() if self.proc is not None else ""
 
     @property
     def log_path(self) -> Path:
+        """Its log file."""
         return self.process.log_path
 
     @property
     def cdi(self) -> Path:
+        """Its CDI spec directory (containerd's)."""
         return self.process.cdi
 
     @property
     def state(self) -> Path:
+        """Its state directory (allocation records)."""
         return self.process.state
 
 

@@ -1,5 +1,5 @@
-"""Throw-away PKI for the e2e control plane: a CA, TLS and client certificates,
-the service-account signing key, and kubeconfig files.
+"""Throw-away PKI for a local cluster's control plane and kubelet: a CA, TLS and
+client certificates, the service-account signing key, and kubeconfig files.
 
 ECDSA P-256 keys everywhere: generating one takes well under a millisecond,
 so a fresh PKI per control plane costs nothing measurable.
@@ -49,9 +49,11 @@ class CertPair:
     key: Path
 
     def cert_pem(self) -> bytes:
+        """The certificate, PEM."""
         return self.cert.read_bytes()
 
     def key_pem(self) -> bytes:
+        """The key, PEM."""
         return self.key.read_bytes()
 
 

@@ -1,6 +1,6 @@
 """A real single-node Kubernetes cluster on this machine, without Docker.
 
-The e2e tier's control plane (etcd, kube-apiserver, kube-scheduler,
+The control plane (controlplane.py: etcd, kube-apiserver, kube-scheduler,
 kube-controller-manager) plus a real kubelet, containerd and runc, all inside the
 node's own network namespace and mount namespace, with a cgroup root of its own and
 every file under one work directory:
@@ -30,15 +30,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.e2e.controlplane import DRA_FEATURE_GATES, ControlPlane
-from tests.e2e.procs import SigtermAsInterrupt
-
 from .binaries import Binaries, default_binaries, missing
+from .containerd import Containerd
+from .controlplane import DRA_FEATURE_GATES, ControlPlane
 from .images import build_images
 from .kubelet import Kubelet
 from .layout import NodeLayout, write_state
 from .namespaces import create_cgroup_root, create_mntns, create_netns
-from .runtime import Containerd
+from .procs import SigtermAsInterrupt
 from .sweep import sweep, sweep_abandoned
 
 
@@ -86,10 +85,12 @@ class LocalNode:
 
     @property
     def name(self) -> str:
+        """The Node's name (also its namespace, cgroup root and CNI network)."""
         return self.lay.name
 
     @property
     def control_plane(self) -> ControlPlane:
+        """The node's control plane (only while the node runs)."""
         if self.cp is None:
             raise RuntimeError("node not started")
         return self.cp
@@ -114,13 +115,12 @@ class LocalNode:
             self._timed("namespaces", self._namespaces)
             self.containerd.start()  # starts while the control plane comes up
             self.cp = ControlPlane(
-                self.bins.k8s,
                 lay.controlplane,
-                self.feature_gates,
+                node_netns=lay.netns,
+                feature_gates=self.feature_gates,
+                bin_dir=self.bins.k8s,
                 verbosity=self.verbosity,
                 keep_workdir=False,
-                netns=lay.netns,
-                real_nodes=True,
             )
             self._timed("control_plane", self.cp.start)
             shutil.copyfile(self.cp.admin_kubeconfig, lay.kubeconfig)
@@ -183,11 +183,15 @@ class LocalNode:
         return self.control_plane.apply(source, namespace)
 
     def logs(self, lines: int = 40) -> str:
+        """The last `lines` lines of each component's log (control plane, containerd, kubelet)."""
         parts = [self.cp.logs(lines)] if self.cp is not None else []
-        for comp in (self.containerd.component, self.kubelet and self.kubelet.component):
-            if comp is not None:
-                parts.append(f"----- {comp.name} ({comp.log}) -----\n{comp.tail(lines)}")
+        comps = [self.containerd.component]
+        if self.kubelet is not None:
+            comps.append(self.kubelet.component)
+        for comp in comps:
+            parts.append(f"----- {comp.name} ({comp.log}) -----\n{comp.tail(lines)}")
         return "\n".join(parts)
 
     def print_logs(self, lines: int = 40) -> None:
+        """Print the log tails to stderr."""
         print(f"\n===== node {self.name} logs =====\n{self.logs(lines)}", file=sys.stderr)

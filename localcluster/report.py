@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .localnode import LocalNode
+from .node import LocalNode
 from .podnet import via_exec
 
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -24,6 +24,7 @@ def _selector(labels: dict[str, str]) -> str:
 
 
 def pods_of(node: LocalNode, deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods of a Deployment that are not being deleted."""
     ns = deployment["metadata"].get("namespace", "default")
     sel = _selector(deployment["spec"]["selector"]["matchLabels"])
     pods = node.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={sel}")["items"]
@@ -44,6 +45,7 @@ def device_classes(deployment: dict[str, Any], docs: Iterable[dict[str, Any]]) -
 
 
 def why_pending(pod: dict[str, Any]) -> str:
+    """Why a pod does not run: unschedulable, or a container waiting and why."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond["type"] == "PodScheduled" and cond["status"] != "True":
             return f"{cond.get('reason', '')}: {cond.get('message', '')}"

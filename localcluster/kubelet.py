@@ -8,15 +8,14 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.certs import issue_kubelet_certs, write_kubeconfig
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.kube import ApiError
-from tests.e2e.procs import Component
-from tests.support.waiting import wait_for
-
+from .apiclient import ApiError
 from .binaries import Binaries
-from .configs import kubelet_argv, kubelet_config
+from .certs import issue_kubelet_certs, write_kubeconfig
+from .controlplane import ControlPlane
 from .layout import NODE_IP, NodeLayout
+from .nodeconfig import kubelet_argv, kubelet_config
+from .procs import Component
+from .waiting import wait_for
 
 
 class Kubelet:
@@ -77,6 +76,7 @@ class Kubelet:
         return False
 
     def wait_ready(self, timeout: float = 90) -> None:
+        """Until the Node is registered and Ready (fails if the kubelet exits)."""
         wait_for(f"node {self.lay.name} to be Ready", self.ready, timeout, log=self.component.tail)
 
     def metrics(self) -> str:
@@ -84,7 +84,9 @@ class Kubelet:
         return str(self.cp.request("GET", f"/api/v1/nodes/{self.lay.name}/proxy/metrics"))
 
     def stop(self) -> None:
+        """Stop the kubelet (its pods keep running, as on a real node)."""
         self.component.stop()
 
     def running(self) -> bool:
+        """Whether the kubelet runs."""
         return self.component.running()

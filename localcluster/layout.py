@@ -48,10 +48,12 @@ class NodeLayout:
     # -- namespaces and cgroups
     @property
     def netns(self) -> str:
+        """The node's network namespace (`ip netns` name): the node's name."""
         return self.name
 
     @property
     def netns_path(self) -> Path:
+        """The file of the node's network namespace."""
         return Path("/run/netns") / self.netns
 
     @property
@@ -61,10 +63,12 @@ class NodeLayout:
 
     @property
     def mntns(self) -> Path:
+        """The file of the node's mount namespace."""
         return self.mntns_dir / "mnt"
 
     @property
     def cgroup_root(self) -> str:
+        """The node's cgroup root (the kubelet's cgroupRoot), the same in every hierarchy."""
         return f"/{self.name}"
 
     def enter(self) -> list[str]:
@@ -77,65 +81,80 @@ class NodeLayout:
 
     @property
     def sysctl_dir(self) -> Path:
+        """Files holding the kernel settings the kubelet checks, as the node shows them."""
         return self.workdir / "private" / "sysctl"
 
     # -- containerd
     @property
     def containerd_dir(self) -> Path:
+        """containerd's root, state, config and runc root."""
         return self.workdir / "containerd"
 
     @property
     def containerd_socket(self) -> Path:
+        """containerd's gRPC socket (the CRI endpoint)."""
         return self.workdir / "containerd.sock"
 
     @property
     def nri_socket(self) -> Path:
+        """containerd's NRI socket (the driver's --nri-socket)."""
         return self.workdir / "nri.sock"
 
     @property
     def cni_conf_dir(self) -> Path:
+        """The node's CNI network configuration."""
         return self.workdir / "cni" / "net.d"
 
     @property
     def cni_ipam_dir(self) -> Path:
+        """host-local's address leases."""
         return self.workdir / "cni" / "ipam"
 
     @property
     def cdi_dir(self) -> Path:
+        """containerd's CDI spec directory (the driver's --cdi-dir)."""
         return self.workdir / "cdi"
 
     # -- kubelet
     @property
     def kubelet_root(self) -> Path:
+        """The kubelet's --root-dir."""
         return self.workdir / "kubelet"
 
     @property
     def kubelet_registry(self) -> Path:
+        """Where the kubelet's plugin watcher looks for registration sockets."""
         return self.kubelet_root / "plugins_registry"
 
     @property
     def kubelet_plugins(self) -> Path:
+        """Where plugins put their service sockets."""
         return self.kubelet_root / "plugins"
 
     @property
     def kubelet_pki(self) -> Path:
+        """The kubelet's --cert-dir."""
         return self.workdir / "kubelet-pki"
 
     @property
     def pod_logs(self) -> Path:
+        """The kubelet's podLogsDir."""
         return self.workdir / "pod-logs"
 
     # -- the rest
     @property
     def controlplane(self) -> Path:
+        """The control plane's work directory."""
         return self.workdir / "controlplane"
 
     @property
     def driver_dir(self) -> Path:
+        """The drivers' logs (and kubeconfigs)."""
         return self.workdir / "driver"
 
     @property
     def logs(self) -> Path:
+        """containerd's and the kubelet's logs."""
         return self.workdir / "logs"
 
     @property
@@ -145,6 +164,7 @@ class NodeLayout:
 
     @property
     def state_file(self) -> Path:
+        """Who owns the node, for a later sweep (`write_state`)."""
         return self.workdir / "node.json"
 
 

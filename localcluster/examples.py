@@ -9,6 +9,10 @@ RoCE examples stay as they are and stay Pending where no such device exists.
 from __future__ import annotations
 
 import copy
+import functools
+import shutil
+import subprocess
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,14 +20,21 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.cluster import DEPLOY
-from tests.support import kernel
+from .manifests import DEPLOY
 
 EXAMPLE_FILES = (DEPLOY / "deployment.yaml", DEPLOY / "multi-nic-deployment.yaml")
 STAND_IN_KIND = "veth"
 # The fields every netdev kind has (docs/configuration.md, opaque config reference): what a stand-in
 # veth keeps of the original's config (a macvlan's parent and mode would be refused).
 COMMON_FIELDS = ("interfaceName", "mtu", "macAddress", "ipAddresses")
+# How `ip link add` makes a link of each kind the examples use (p0: a parent veth).
+_LINK_SETUP = {
+    "veth": ["type", "veth", "peer", "name", "p1"],
+    "macvlan": ["link", "p0", "type", "macvlan"],
+    "ipvlan": ["link", "p0", "type", "ipvlan", "mode", "l2"],
+    "dummy": ["type", "dummy"],
+    "bridge": ["type", "bridge"],
+}
 
 
 @dataclass
@@ -35,7 +46,42 @@ class Examples:
     notes: list[str] = field(default_factory=list)
 
     def deployments(self) -> list[dict[str, Any]]:
+        """The example Deployments."""
         return [d for d in self.docs if d["kind"] == "Deployment"]
+
+
+@functools.cache
+def link_kind_missing(kind: str) -> str | None:
+    """None if the running kernel can make a link of `kind`, else why not (probed once,
+    in a throw-away network namespace)."""
+    if kind not in _LINK_SETUP:
+        return f"unknown kernel feature {kind}"
+    if shutil.which("ip") is None:
+        return "the `ip` command is not installed (Debian package iproute2)"
+    if shutil.which("modprobe") is not None:
+        subprocess.run(["modprobe", "-q", kind], capture_output=True, check=False)
+    ns = f"dralc-probe-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], capture_output=True, check=True)
+    try:
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "q0"],
+            capture_output=True,
+            check=True,
+        )
+        res = subprocess.run(
+            ["ip", "-n", ns, "link", "add", "t0", *_LINK_SETUP[kind]],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if res.returncode != 0:
+            return (
+                f"the running kernel lacks link kind {kind} "
+                f"({res.stderr.strip() or 'ip link add failed'})"
+            )
+        return None
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
 def _netdev_params(template: dict[str, Any]) -> list[dict[str, Any]]:
@@ -48,10 +94,11 @@ def _netdev_params(template: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def adapt(
-    docs: Sequence[dict[str, Any]], missing: Callable[[str], str | None] = kernel.missing
+    docs: Sequence[dict[str, Any]], missing: Callable[[str], str | None] = link_kind_missing
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The documents with every netdev kind the kernel lacks replaced by veth, and a
-    note per replacement naming the template, the interfaces and the reason."""
+    """The documents with every netdev kind the kernel lacks (by `missing`: the reason,
+    or None) replaced by veth, and a note per replacement naming the template, the
+    interfaces and the reason."""
     out = copy.deepcopy(list(docs))
     notes = []
     for doc in out:
@@ -82,8 +129,8 @@ def write_examples(directory: Path, sources: Sequence[Path] = EXAMPLE_FILES) -> 
         adapted, notes = adapt(docs)
         dst = directory / src.name
         dst.write_text(
-            f"# {src.relative_to(DEPLOY.parent)}, adapted to this kernel (tests/node/examples.py)\n"
-            + yaml.safe_dump_all(adapted, sort_keys=False)
+            f"# {src.relative_to(DEPLOY.parent)}, adapted to this kernel "
+            "(localcluster/examples.py)\n" + yaml.safe_dump_all(adapted, sort_keys=False)
         )
         result.files.append(dst)
         result.docs.extend(adapted)

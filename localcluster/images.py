@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .configs import SANDBOX_IMAGE
+from .nodeconfig import SANDBOX_IMAGE
 
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.37.0"
 BUSYBOX = Path("/bin/busybox")  # from Debian's busybox-static
@@ -140,7 +140,9 @@ def write_archive(path: Path, name: str, layer: bytes, config: dict[str, Any]) -
             "os": "linux",
             "config": config,
             "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-            "history": [{"created_by": "tests/node/images.py", "created": "1970-01-01T00:00:00Z"}],
+            "history": [
+                {"created_by": "localcluster/images.py", "created": "1970-01-01T00:00:00Z"}
+            ],
             "created": "1970-01-01T00:00:00Z",
         }
     )

@@ -37,6 +37,7 @@ class Iface:
     kind: str = ""  # link kind and mode, e.g. "macvlan bridge" (from the sandbox view only)
 
     def line(self) -> str:
+        """One line for a listing: name, MTU, MAC, state, addresses."""
         addrs = ", ".join(self.addresses) or "-"
         return f"{self.name:<8} mtu {self.mtu:<5} mac {self.mac}  {self.state:<7} {addrs}"
 

@@ -1,19 +1,18 @@
 """`make demo`: the driver on a real single-node cluster on this machine, no Docker.
 
-    python -m tests.node.demo up   [--workdir /tmp/dra-demo]   (make demo)
-    python -m tests.node.demo down [--workdir /tmp/dra-demo]   (make demo-down)
+    python -m localcluster demo up   [--workdir /tmp/dra-demo]   (make demo)
+    python -m localcluster demo down [--workdir /tmp/dra-demo]   (make demo-down)
 
-`up` starts the local node (tests/node/localnode.py), the driver on it as its
-DaemonSet would run it (tests/node/driver.py), applies the example workloads of
-deploy/ (adapted where the kernel lacks a kind, see tests/node/examples.py), waits
-for them with deploy/network-check.py, prints per pod the interfaces it got and its
-claims' status, and keeps everything up until Ctrl-C, SIGTERM or `down`. `down`
-stops a running demo from another terminal, or removes what a killed one left.
+`up` starts the local node (node.py), the driver on it as its DaemonSet would run it
+(driver.py), applies the example workloads of deploy/ (adapted where the kernel lacks
+a kind, see examples.py), waits for them with deploy/network-check.py, prints per pod
+the interfaces it got and its claims' status (report.py), and keeps everything up
+until Ctrl-C, SIGTERM or `down`. `down` stops a running demo from another terminal,
+or removes what a killed one left.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -22,22 +21,22 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.controlplane import REPO_ROOT
-
 from .driver import install_driver_objects, start_driver
 from .examples import write_examples
 from .images import busybox_version
 from .layout import NodeLayout, owner_alive, read_state
-from .localnode import LocalNode, NodeUnavailable
+from .manifests import DEPLOY
+from .node import LocalNode, NodeUnavailable
 from .report import describe
 from .sweep import sweep
 
 NODE_NAME = "dra-demo"
 DEFAULT_WORKDIR = Path("/tmp/dra-demo")
-NETWORK_CHECK = REPO_ROOT / "deploy" / "network-check.py"
+NETWORK_CHECK = DEPLOY / "network-check.py"
 
 
 def say(text: str = "") -> None:
+    """Print a line of the demo's story at once."""
     print(text, flush=True)
 
 
@@ -74,6 +73,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def up(workdir: Path) -> int:
+    """Start the demo in `workdir` and keep it up until interrupted; the exit status."""
     t_start = time.monotonic()
     # Ctrl-C and a closed terminal stop the demo, even where SIGINT was ignored when it
     # started (a shell's background job); SIGTERM (make demo-down) is the node's own.
@@ -145,6 +145,7 @@ The cluster stays up until Ctrl-C here, or `make demo-down` in another terminal.
 
 
 def down(workdir: Path, timeout: float = 120) -> int:
+    """Stop the demo of `workdir` (or remove what a killed one left); the exit status."""
     state = read_state(workdir)
     if state is None:
         say(f"demo: no demo in {workdir}")
@@ -166,18 +167,13 @@ def down(workdir: Path, timeout: float = 120) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.node.demo", description=__doc__)
-    parser.add_argument("command", choices=("up", "down"))
-    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
-    args = parser.parse_args(argv)
+def main(command: str, workdir: Path = DEFAULT_WORKDIR) -> int:
+    """`up` or `down` the demo in `workdir` (as root); the exit status."""
     if os.geteuid() != 0:
         say("demo: needs root (namespaces, cgroups, mounts): run it as root")
         return 2
-    if args.command == "up":
-        return up(args.workdir)
-    return down(args.workdir)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if command == "up":
+        return up(workdir)
+    if command == "down":
+        return down(workdir)
+    raise ValueError(f"unknown demo command {command!r} (up, down)")

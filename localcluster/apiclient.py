@@ -1,4 +1,4 @@
-"""A small JSON/REST client for the e2e control plane.
+"""A small JSON/REST client for a local cluster's API server, as its admin.
 
 Raw JSON on purpose: the tests must see exactly what the API server stored
 and returned (a typed client model would hide fields it does not know, and
@@ -9,6 +9,7 @@ discovery of kind -> resource, which is done here and cached per group/version.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import urllib.error
 import urllib.parse
@@ -25,6 +26,11 @@ FIELD_MANAGER = "dra-e2e"
 
 
 Source = Path | str | dict[str, Any] | Iterable[dict[str, Any]]
+
+
+def dns_label(text: str) -> str:
+    """A valid object name (DNS label) made of `text`: lower case, dashes, 63 bytes."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
 
 
 class ApiError(Exception):
@@ -78,9 +84,11 @@ class Rest:
         self._discovery: dict[str, list[dict[str, Any]]] = {}
 
     def close(self) -> None:
+        """Forget what discovery cached (there is no connection to close)."""
         self._discovery.clear()
 
     def forget_discovery(self) -> None:
+        """Forget the cached discovery (after an API server restart)."""
         self._discovery.clear()
 
     # ----------------------------------------------------------- transport
@@ -95,6 +103,7 @@ class Rest:
         base: str | None = None,
         timeout: float = 30,
     ) -> Any:
+        """One API call; the decoded JSON answer (text if not JSON, None if empty)."""
         url = (base or self.server) + path
         data = None
         headers = {"Accept": "application/json"}
@@ -121,6 +130,7 @@ class Rest:
             return raw.decode("utf-8", "replace")
 
     def get(self, path: str, *, missing_ok: bool = False) -> Any:
+        """GET a path; with `missing_ok`, None when it does not exist."""
         try:
             return self.request("GET", path)
         except ApiError as e:
@@ -129,6 +139,7 @@ class Rest:
             raise
 
     def delete(self, path: str, *, missing_ok: bool = True) -> Any:
+        """DELETE a path; with `missing_ok` (the default), no error when it is gone."""
         try:
             return self.request("DELETE", path)
         except ApiError as e:
@@ -137,9 +148,11 @@ class Rest:
             raise
 
     def healthy(self, path: str, base: str | None = None) -> bool:
+        """Whether a health endpoint (`/readyz`, `/healthz`) answers ok."""
         return bool(self.request("GET", path, base=base, timeout=5) == "ok")
 
     def plain_health(self, url: str) -> bool:
+        """Whether etcd's plain-HTTP `/health` at `url` says healthy."""
         with self._opener.open(url, timeout=5) as resp:
             return bool(json.loads(resp.read()).get("health") == "true")
 
@@ -156,6 +169,7 @@ class Rest:
         raise LookupError(f"the API server serves no {kind} in {api_version}")
 
     def object_path(self, obj: dict[str, Any], namespace: str | None = None) -> str:
+        """The API path of one object (its namespace, else `namespace`, else default)."""
         meta = obj.get("metadata", {})
         collection, namespaced = self.resource_for(obj["apiVersion"], obj["kind"])
         if namespaced:
@@ -180,6 +194,7 @@ class Rest:
         namespace: str | None = None,
         after_namespace: Callable[[str], None] | None = None,
     ) -> list[dict[str, Any]]:
+        """Server-side apply of every object of `source` in order; what the server stored."""
         out = []
         for obj in load_documents(source):
             out.append(self.apply_one(obj, namespace))

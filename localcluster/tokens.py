@@ -1,5 +1,5 @@
-"""Service-account tokens of the e2e control plane, bound to pods on nodes, as the
-kubelet would mount them (the API server then adds the node's name to the user)."""
+"""Service-account tokens of a local cluster's control plane, bound to pods on nodes, as
+the kubelet would mount them (the API server then adds the node's name to the user)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .apiclient import Rest, dns_label
 from .certs import CertificateAuthority, write_kubeconfig
-from .kube import Rest
-from .specs import dns_label, standin_pod_manifest, token_request
+from .standins import standin_pod_manifest
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def token_request(pod_name: str, pod_uid: str, expiration_seconds: int) -> dict[str, Any]:
+    """A TokenRequest for a token bound to a Pod, for the API server's own audiences."""
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": [],  # empty: the API server's own audiences
+            "expirationSeconds": expiration_seconds,
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod_name, "uid": pod_uid},
+        },
+    }
 
 
 class ServiceAccountTokens:
@@ -22,12 +35,14 @@ class ServiceAccountTokens:
 
     @property
     def server(self) -> str:
+        """The API server's URL."""
         raise NotImplementedError
 
     def _rest(self) -> Rest:
         raise NotImplementedError
 
     def create_namespace(self, name: str) -> None:
+        """Create a namespace."""
         raise NotImplementedError
 
     def serviceaccount_kubeconfig(

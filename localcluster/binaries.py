@@ -1,4 +1,5 @@
-"""Where the local node's programs are, and what is missing (with the fix named)."""
+"""Where a local cluster's programs are (built by hack/build-k8s.sh and
+hack/build-node.sh), and what is missing, with the fix named."""
 
 from __future__ import annotations
 
@@ -8,15 +9,28 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.controlplane import REPO_ROOT, default_bin_dir, missing_binaries
-
-from .configs import CNI_BIN_DIR
 from .images import BUSYBOX
+from .nodeconfig import CNI_BIN_DIR
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The Kubernetes release hack/k8s/go.mod pins (hack/build-k8s.sh builds it).
+K8S_VERSION = "v1.36.3"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "pause")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 # Host tools the node runs, and the Debian package of each.
 HOST_TOOLS = {"ip": "iproute2", "nsenter": "util-linux", "unshare": "util-linux", "mount": "mount"}
+
+
+def default_bin_dir() -> Path:
+    """Where ``hack/build-k8s.sh`` puts the binaries (``E2E_K8S_BIN_DIR`` overrides)."""
+    env = os.environ.get("E2E_K8S_BIN_DIR")
+    return Path(env) if env else REPO_ROOT / ".cache" / "k8s" / K8S_VERSION / "bin"
+
+
+def missing_binaries(bin_dir: Path) -> list[str]:
+    """The control-plane components not built in `bin_dir`."""
+    return [c for c in COMPONENTS if not os.access(bin_dir / c, os.X_OK)]
 
 
 def node_bin_dir() -> Path:
@@ -42,9 +56,11 @@ class Binaries:
     cni: Path = Path(CNI_BIN_DIR)
 
     def kubelet(self) -> Path:
+        """The kubelet."""
         return self.k8s / "kubelet"
 
     def kubectl(self) -> Path:
+        """kubectl (v1.36, built with the control plane)."""
         return self.k8s / "kubectl"
 
     def __getitem__(self, name: str) -> Path:
@@ -52,6 +68,7 @@ class Binaries:
 
 
 def default_binaries() -> Binaries:
+    """The programs where the hack/ scripts build them."""
     return Binaries(default_bin_dir(), node_bin_dir())
 
 

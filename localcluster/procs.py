@@ -1,4 +1,5 @@
-"""Child processes of the e2e control plane (and of the node tier's node).
+"""Long-running child processes of a local cluster: the control-plane components and
+the node's containerd and kubelet.
 
 Each component runs in its own session (so its own process group), with its
 output in a log file, and with the parent-death signal set to SIGKILL so that
@@ -39,6 +40,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log file (without the flag dump components log at start)."""
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -76,6 +78,7 @@ class Component:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str] | None = None) -> None:
+        """Start the process (not running yet), its output appended to its log."""
         if self.running():
             raise RuntimeError(f"{self.name} is already running")
         with self.log.open("ab") as out:
@@ -96,9 +99,11 @@ class Component:
 
     @property
     def pid(self) -> int | None:
+        """The pid of the running process, None if not started."""
         return self.proc.pid if self.proc else None
 
     def running(self) -> bool:
+        """Whether the process runs."""
         return self.proc is not None and self.proc.poll() is None
 
     def check(self) -> None:
@@ -128,6 +133,7 @@ class Component:
             os.killpg(pgid, signal.SIGKILL)
 
     def tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of its log."""
         return tail(self.log, lines)
 
 
@@ -141,10 +147,12 @@ class SigtermAsInterrupt:
         self._old: Any = None
 
     def install(self) -> None:
+        """Turn SIGTERM into KeyboardInterrupt (main thread only)."""
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGTERM, self._handler)
 
     def restore(self) -> None:
+        """Put the previous SIGTERM handler back."""
         if self._old is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._old)
         self._old = None
