@@ -211,6 +211,13 @@ class PodRoute:
     gateway: str | None = None
     metric: int | None = None
 
+    @property
+    def kernel_metric(self) -> int:
+        """The metric the kernel gives the route (added without one: IPv6 1024, IPv4 0)."""
+        if self.metric is not None:
+            return self.metric
+        return 1024 if ":" in self.destination else 0
+
 
 @dataclass(frozen=True)
 class PodSysctl:

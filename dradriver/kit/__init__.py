@@ -4,7 +4,9 @@ A handler plugin, built-in or third-party, may import `dradriver.contract.hooksp
 contract), `dradriver.base.errors`, `dradriver.kernel.netlink`, `dradriver.contract.naming`
 and these modules, and nothing else of the core; plugin families never import each other.
 
-- `netconfig`: the fields every netdev config has, their schema fragments and checks;
+- `netconfig`: the fields every netdev config has, their schema fragments and checks,
+  and configuring a link from them;
+- `podsettings`: a claim's routes and sysctls against what the kernel takes in the pod;
 - `links`: the links the driver makes: their names and tags, creating, configuring and
   deleting them;
 - `hostif`: host interfaces handed whole to a pod (which may be, claiming, giving back);

@@ -12,11 +12,9 @@ import ipaddress
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import iprules
 from dradriver.contract.hookspecs import (
     NEEDS_NRI,
     NRI,
@@ -28,7 +26,7 @@ from dradriver.contract.hookspecs import (
     Validated,
 )
 from dradriver.kernel import netlink
-from dradriver.kit import hostaddr, links
+from dradriver.kit import hostaddr, links, podsettings
 
 DEFAULT_INTERFACE_NAME = "eth1"
 # Schema patterns are plain regular expressions that Python and RE2 (CEL in the admission
@@ -61,10 +59,7 @@ ZERO_MAC = "00:00:00:00:00:00"
 CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"
 MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 MAX_ROUTES = 32
-DEFAULT_ROUTES = ("0.0.0.0/0", "::/0")
 MAX_SYSCTLS = 32
-# Per-interface settings whose value is not a number.
-STRING_SYSCTLS = frozenset({"stable_secret"})
 # net.ipv4.conf.<interface>.<key> (or ipv6): a per-interface setting of the claim's own
 # interface; the interface part is checked against interfaceName on the node.
 SYSCTL_NAME_PATTERN = r"^net\.ipv[46]\.conf\.[!-$&-.0-9;-~]{1,15}\.[a-z0-9_]{1,64}$"
@@ -256,121 +251,11 @@ def checked(
         refused = [(f"{path}.{f}", NEEDS_NRI) for f in ("routes", "sysctls") if raw.get(f)]
         if refused:
             raise ConfigError.many(refused)
-    issues: list[tuple[str, str]] = []
-    for check in (partial(check_routes, cfg, path, kept), partial(check_sysctls, cfg, path)):
-        try:
-            check()
-        except ConfigError as exc:  # every issue of both, in one answer
-            issues += exc.issues
+    issues = podsettings.route_issues(cfg.routes, cfg.ips, path, kept)
+    issues += podsettings.sysctl_issues(cfg.sysctls, cfg.interface_name, cfg.ips, path)
     if issues:
         raise ConfigError.many(issues)
     return cfg
-
-
-def check_routes(cfg: NetConfig, path: str, more: Sequence[str] = ()) -> None:
-    """A route's gateway must be of its destination's family and on a network of the
-    interface's addresses (`more`: addresses it keeps of its own), or IPv6 link-local;
-    else the kernel would refuse it inside the pod, too late to name the field."""
-    networks = [ip.network for ip in cfg.ips] + [ipaddress.ip_interface(a).network for a in more]
-    issues = _route_clashes(cfg, path)
-    for i, route in enumerate(cfg.routes):
-        if route.gateway is None:
-            continue
-        dst, gw = iprules.parse_destination(route.destination), ipaddress.ip_address(route.gateway)
-        where = f"{path}.routes[{i}].gateway"
-        own = next((n for n in cfg.ips if n.version == gw.version and n.ip == gw), None)
-        edge = next(
-            (
-                n.network
-                for n in cfg.ips
-                if n.version == gw.version == 4
-                and n.network.prefixlen <= 30
-                and gw in (n.network.network_address, n.network.broadcast_address)
-            ),
-            None,
-        )
-        if gw.version != dst.version:
-            issues.append((where, f"{gw} is not of the family of the destination {dst}"))
-        elif own is not None:
-            issues.append((where, f"{gw} is this interface's own address, not a gateway"))
-        elif edge is not None:
-            what = "network" if gw == edge.network_address else "broadcast"
-            issues.append((where, f"{gw} is the {what} address of {edge}, not a gateway"))
-        elif not (
-            (gw.version == 6 and gw.is_link_local)
-            or any(n.version == gw.version and gw in n for n in networks)
-        ):
-            on = ", ".join(str(n) for n in networks) or "none"
-            issues.append((where, f"{gw} is not on a network of the interface's addresses ({on})"))
-    if issues:
-        raise ConfigError.many(issues)
-
-
-def _route_clashes(cfg: NetConfig, path: str) -> list[tuple[str, str]]:
-    """The kernel holds one route per destination and metric: a claim's default route
-    needs a metric of its own (the pod's network has a default route already: IPv4 at
-    metric 0, IPv6 usually at 1024), and two of its routes may not share both."""
-    issues = []
-    seen: dict[tuple[str, int], int] = {}
-    for i, route in enumerate(cfg.routes):
-        metric = (
-            route.metric if route.metric is not None else (1024 if ":" in route.destination else 0)
-        )
-        if route.destination in DEFAULT_ROUTES and not route.metric:
-            issues.append(
-                (
-                    f"{path}.routes[{i}].metric",
-                    "a default route needs a metric above 0: the pod's own network holds "
-                    "the default route at metric 0 (IPv4) or 1024 (IPv6), and the kernel "
-                    "keeps one route per destination and metric",
-                )
-            )
-        elif (route.destination, metric) in seen:
-            issues.append(
-                (
-                    f"{path}.routes[{i}]",
-                    f"routes[{seen[route.destination, metric]}] already goes to "
-                    f"{route.destination} at metric {metric}: the kernel keeps one route per "
-                    "destination and metric; give one of them another metric",
-                )
-            )
-        seen.setdefault((route.destination, metric), i)
-    return issues
-
-
-def check_sysctls(cfg: NetConfig, path: str) -> None:
-    """Each sysctl must be of the claim's own interface, a setting this node has and may
-    write, with a value the kernel takes (a number for all but stable_secret); IPv6 may
-    not be turned off on an interface given IPv6 addresses."""
-    issues = []
-    for name, value in cfg.sysctls:
-        where = f'{path}.sysctls["{name}"]'
-        family, rest = name.split(".")[1], name.split(".", 3)[3]
-        ifname, key = rest.rsplit(".", 1)
-        if ifname != cfg.interface_name:
-            issues.append(
-                (where, f"names interface {ifname}, not this claim's {cfg.interface_name}")
-            )
-        elif not netlink.has_sysctl(f"net/{family}/conf/default/{key}"):
-            issues.append(
-                (where, f"this node has no such setting, or it is read-only ({family} conf {key})")
-            )
-        elif key not in STRING_SYSCTLS and not _is_int32(value):
-            issues.append((where, f"{value!r} is not a number the kernel takes (32-bit integer)"))
-        elif family == "ipv6" and key == "disable_ipv6" and int(value) != 0:
-            v6 = [i for i, ip in enumerate(cfg.ips) if ip.version == 6]
-            if v6:
-                issues.append(
-                    (where, f"turns IPv6 off, but {path}.ipAddresses[{v6[0]}] is an IPv6 address")
-                )
-    if issues:
-        raise ConfigError.many(issues)
-
-
-def _is_int32(value: str) -> bool:
-    """Whether the kernel's proc_dointvec reads `value` as one integer."""
-    digits = value[1:] if value.startswith("-") else value
-    return digits.isdigit() and digits.isascii() and -(2**31) <= int(value) < 2**31
 
 
 def check_mtu(cfg: NetConfig, path: str, link: netlink.Link, parent: bool = False) -> None:

@@ -82,13 +82,6 @@ def configure(link: netlink.Link, mv: Move) -> None:
         add_route(link, route, i)
 
 
-def effective_metric(route: PodRoute) -> int:
-    """The metric the kernel gives a route added without one (IPv6: 1024, IPv4: 0)."""
-    if route.metric is not None:
-        return route.metric
-    return 1024 if ":" in route.destination else 0
-
-
 def add_route(link: netlink.Link, route: PodRoute, index: int) -> None:
     """Add a claim's route inside the pod; the same route already there (a move done
     again) is kept, another one to the destination at that metric is an error."""
@@ -98,7 +91,7 @@ def add_route(link: netlink.Link, route: PodRoute, index: int) -> None:
     except netlink.NetlinkError as exc:
         if exc.errno != errno.EEXIST:
             raise
-    metric = effective_metric(route)
+    metric = route.kernel_metric
     clash = [
         r
         for r in netlink.routes()

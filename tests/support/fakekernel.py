@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dradriver.contract.hookspecs import PodRoute
 from dradriver.kernel.netlink import Link, NetlinkError, Route, VfSettings
 
 _LOCAL_TABLE, _MAIN_TABLE = 255, 254
@@ -541,6 +542,4 @@ def counting(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., A
 
 def _metric(destination: str, metric: int | None) -> int:
     """A route's metric as the kernel keeps it (added without one: IPv6 1024, IPv4 0)."""
-    if metric is not None:
-        return metric
-    return 1024 if ":" in destination else 0
+    return PodRoute(destination, None, metric).kernel_metric
