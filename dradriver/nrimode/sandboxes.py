@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from dradriver.base.errors import DriverError
@@ -42,7 +42,17 @@ from dradriver.claims.lifecycle import ClaimLifecycle
 from dradriver.contract.hookspecs import NRI
 from dradriver.kernel import netlink
 from dradriver.nrimode import placing
-from dradriver.state.moves import IN, LEAVING, MOVING, SPENT, placement
+from dradriver.state.moves import (
+    IN,
+    LEAVING,
+    MOVING,
+    SPENT,
+    is_in,
+    leaving_in,
+    other_pod,
+    placed_in,
+    placement,
+)
 from dradriver.state.records import PREPARED, ClaimRecord, CorruptRecord, UnreadableRecord
 
 if TYPE_CHECKING:
@@ -67,34 +77,6 @@ class Sandbox(Protocol):
     def namespace(self) -> str: ...
     @property
     def netns(self) -> str: ...
-
-
-def _leaving(record: ClaimRecord, sandbox: str) -> bool:
-    """Whether a stop of `sandbox` was interrupted for one of the claim's devices."""
-    return any(
-        w.get("state") == LEAVING and w.get("sandbox") == sandbox for w in record.placement.values()
-    )
-
-
-def _in(where: Mapping[str, str] | None, sandbox: str) -> bool:
-    """Whether a placement says the device is in `sandbox`, configured."""
-    return where is not None and where.get("state") == IN and where.get("sandbox") == sandbox
-
-
-def _other_pod(record: ClaimRecord, keys: Sequence[str], pod: Sandbox) -> str | None:
-    """The pod (or, in a record before 0.2, the sandbox) that holds a device of the
-    claim in a sandbox other than `pod`'s, if it is not an earlier sandbox of `pod`."""
-    for key in keys:
-        where = record.placement.get(key)
-        if where is None or where.get("sandbox") == pod.id:
-            continue
-        if where.get("state") not in (MOVING, IN, LEAVING):
-            continue
-        holder = where.get("pod")
-        if holder == pod.uid or (holder is None and list(record.pod_uids) == [pod.uid]):
-            continue  # an earlier sandbox of this pod: its devices are used up
-        return holder or f"unknown (sandbox {where.get('sandbox')})"
-    return None
 
 
 def _claim(record: ClaimRecord) -> str:
@@ -238,10 +220,10 @@ class PodSandboxes:
     def _place(self, record: ClaimRecord, pod: Sandbox) -> None:
         """Move every device of the claim into the pod's sandbox (see the module doc)."""
         keys = [k for k, moves in record.moves.items() if moves]
-        todo = [k for k in keys if not _in(record.placement.get(k), pod.id)]
+        todo = [k for k in keys if not is_in(record.placement.get(k), pod.id)]
         if not todo:
             return
-        holder = _other_pod(record, todo, pod)
+        holder = other_pod(record.placement, todo, pod.id, pod.uid, record.pod_uids)
         if holder is not None:
             raise DriverError(
                 f"{_claim(record)}: its interfaces are in the sandbox of pod {holder}, and "
@@ -300,7 +282,7 @@ class PodSandboxes:
     def _stop(self, pod: Sandbox, records: list[ClaimRecord]) -> None:
         failures = []
         for record in records:
-            keys = self._placed_in(record, pod.id)
+            keys = placed_in(record.placement, pod.id)
             back = [k for k in keys if any(m.returns for m in record.moves[k])]
             if back and netlink.netns_exists(pod.netns):
                 for key in back:
@@ -330,20 +312,11 @@ class PodSandboxes:
 
     def _remove(self, pod: Sandbox, records: list[ClaimRecord]) -> None:
         for record in records:
-            keys = self._placed_in(record, pod.id)
+            keys = placed_in(record.placement, pod.id)
             for key in keys:
                 record.placement[key] = {**record.placement[key], "state": SPENT}
             if keys:
                 self.records.save(record)
-
-    @staticmethod
-    def _placed_in(record: ClaimRecord, sandbox: str) -> list[str]:
-        """Devices placed (or part-way) in `sandbox`."""
-        return [
-            k
-            for k, where in record.placement.items()
-            if where.get("sandbox") == sandbox and where.get("state") in (MOVING, IN, LEAVING)
-        ]
 
     # -- Synchronize ------------------------------------------------------------------------
 
@@ -387,7 +360,7 @@ class PodSandboxes:
         """A running sandbox: finish what a crash interrupted, move in what it lacks."""
         if not netlink.netns_exists(pod.netns):
             return  # a stopped sandbox the runtime still lists
-        leaving = [r for r in records if _leaving(r, pod.id)]
+        leaving = [r for r in records if leaving_in(r.placement, pod.id)]
         if leaving:  # a crash during its stop: finish the stop
             self._stop(pod, leaving)
             return

@@ -8,7 +8,7 @@ only in memory, since two driver instances may both handle a pod's events.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,3 +97,45 @@ def placement(state: str, sandbox: str, netns: str, pod: str = "") -> dict[str, 
     if pod:
         where["pod"] = pod
     return where
+
+
+Placement = Mapping[str, Mapping[str, str]]  # a record's `placement`, by device key
+_PLACED = (MOVING, IN, LEAVING)  # in a sandbox, or part-way into or out of it
+
+
+def is_in(where: Mapping[str, str] | None, sandbox: str) -> bool:
+    """Whether a device's placement says it is in `sandbox`, configured."""
+    return where is not None and where.get("state") == IN and where.get("sandbox") == sandbox
+
+
+def placed_in(placements: Placement, sandbox: str) -> list[str]:
+    """The devices placed (or part-way) in `sandbox`."""
+    return [
+        k
+        for k, w in placements.items()
+        if w.get("sandbox") == sandbox and w.get("state") in _PLACED
+    ]
+
+
+def leaving_in(placements: Placement, sandbox: str) -> bool:
+    """Whether a stop of `sandbox` was interrupted for one of the claim's devices."""
+    return any(
+        w.get("state") == LEAVING and w.get("sandbox") == sandbox for w in placements.values()
+    )
+
+
+def other_pod(
+    placements: Placement, keys: Sequence[str], sandbox: str, pod: str, pods: Sequence[str]
+) -> str | None:
+    """The pod (or, in a record before 0.2, the sandbox) holding one of the devices `keys`
+    in a sandbox other than `sandbox` of pod `pod`, unless it is an earlier sandbox of
+    that pod (`pods`: the pods the claim was prepared for)."""
+    for key in keys:
+        where = placements.get(key)
+        if where is None or where.get("sandbox") == sandbox or where.get("state") not in _PLACED:
+            continue
+        holder = where.get("pod")
+        if holder == pod or (holder is None and list(pods) == [pod]):
+            continue  # an earlier sandbox of this pod: its devices are used up
+        return holder or f"unknown (sandbox {where.get('sandbox')})"
+    return None
