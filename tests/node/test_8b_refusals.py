@@ -1,4 +1,5 @@
-"""A pod never loses its NIC silently, on the real node (NRI mode, the node's default):
+"""A pod never loses its NIC silently, on the real node (NRI mode, the node's default,
+and CDI mode where it matters):
 a claim with a network interface serves one pod (the chart's admission policy keeps a
 second pod Pending; without it, the driver refuses the claim at prepare), a route that
 meets the pod network's own fails the sandbox naming both, and configs that once failed
@@ -81,9 +82,14 @@ def _not_running(cluster: NodeCluster, kns: str, pod: str) -> None:
     assert phase == "Pending", cluster.describe_pod(kns, pod)
 
 
+INJECTION = pytest.mark.parametrize("injection", ["nri", "cdi"])
+
+
+@INJECTION
 def test_a_second_pod_of_a_network_claim_stays_pending_and_the_first_keeps_its_nic(
-    cluster: NodeCluster, driver: HostDriver, kns: str
+    cluster: NodeCluster, drivers, kns: str, injection: str
 ):
+    drivers.start("--injection", injection)
     cluster.apply([_claim("shr", VETH), _pod_of("first", "shr")], kns)
     first = cluster.wait_running(kns, "first")
     cluster.apply([_pod_of("second", "shr")], kns)
@@ -113,14 +119,15 @@ def without_the_sharing_policy(cluster: NodeCluster):
         cluster.apply([restored])
 
 
+@INJECTION
 def test_without_the_policy_two_pods_of_one_claim_are_refused_at_prepare(
-    cluster: NodeCluster, drivers, kns: str, without_the_sharing_policy: None
+    cluster: NodeCluster, drivers, kns: str, without_the_sharing_policy: None, injection: str
 ):
     """Both pods reserved before either is prepared (the driver is down meanwhile, its
     slices stay published): the driver refuses the claim for each, naming both pods, and
     creates nothing. Before, the second sandbox took the interface from the first,
     running pod, and the claim still said Ready."""
-    drivers.start().stop()
+    drivers.start("--injection", injection).stop()
     cluster.apply([_claim("shr", VETH), _pod_of("a", "shr"), _pod_of("b", "shr")], kns)
     wait_for(
         "the claim to be reserved for both pods",
@@ -128,7 +135,7 @@ def test_without_the_policy_two_pods_of_one_claim_are_refused_at_prepare(
         60,
         log=lambda: cluster.describe_pod(kns, "b"),
     )
-    drivers.start()
+    drivers.start("--injection", injection)
     for name in ("a", "b"):
         message = _told(cluster, kns, name, "2 pods hold the claim", timeout=90)
         assert "request nic: its device goes into one pod's network namespace" in message
