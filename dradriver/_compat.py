@@ -71,13 +71,18 @@ class _Alias(importlib.abc.Loader):
 
     def __init__(self, target: str) -> None:
         self.target = target
+        self.spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        """The module at its new place (its own name and spec unchanged)."""
-        return importlib.import_module(self.target)
+        """The module at its new place."""
+        module = importlib.import_module(self.target)
+        self.spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module ran when it was imported under its new name."""
+        """Nothing to run (the module ran under its new name): only its own spec, which
+        the import system replaced with the alias's, is put back."""
+        module.__spec__ = self.spec
 
 
 class OldPaths(importlib.abc.MetaPathFinder):

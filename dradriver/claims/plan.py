@@ -7,7 +7,8 @@ request here, the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,18 @@ class Plan:
     cdi_device_id: str
 
 
+@contextmanager
+def naming_the_request(request: str) -> Iterator[None]:
+    """Errors of the block, told as errors of `request` (config paths prefixed)."""
+    where = f"request {request}"
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
+    except DriverError as exc:
+        raise DriverError(f"{where}: {exc}") from None
+
+
 def recorded_config(record: ClaimRecord, device: DeviceRecord) -> Mapping[str, Any]:
     """The config a recorded device was prepared with; an error naming the request when
     its record (of an older driver) does not hold it."""
@@ -73,8 +86,7 @@ class Planner:
     def plan(self, ref: ClaimRef, device: resolution.AllocatedDevice, injection: str = CDI) -> Plan:
         """Resolve and validate one allocated device for the `injection` mode; errors
         name the request."""
-        where = f"request {device.base_request}"
-        try:
+        with naming_the_request(device.base_request):
             if device.pool != self.context.node_name:
                 raise ClaimError(
                     f"device {device.device} is in pool {device.pool}, but this node "
@@ -90,17 +102,16 @@ class Planner:
                 resolved.type, resolved.kind, undo={},
             )  # fmt: skip
             return self._plan(ref, recorded, resolved.config, injection, published)
-        except ConfigError as exc:
-            raise ConfigError.many([(f"{where}: config {p}", m) for p, m in exc.issues]) from None
-        except DriverError as exc:
-            raise DriverError(f"{where}: {exc}") from None
 
     def replan(self, record: ClaimRecord) -> list[Plan]:
-        """The plans that prepare a recorded claim again from its record, in its mode."""
-        return [
-            self._plan(record.claim, device, recorded_config(record, device), record.injection)
-            for device in record.devices
-        ]
+        """The plans that prepare a recorded claim again from its record, in its mode;
+        errors name the request."""
+        plans = []
+        for device in record.devices:
+            config = recorded_config(record, device)
+            with naming_the_request(device.request):
+                plans.append(self._plan(record.claim, device, config, record.injection))
+        return plans
 
     def _plan(
         self,

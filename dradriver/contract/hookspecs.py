@@ -213,10 +213,11 @@ class PodRoute:
 
     @property
     def kernel_metric(self) -> int:
-        """The metric the kernel gives the route (added without one: IPv6 1024, IPv4 0)."""
-        if self.metric is not None:
-            return self.metric
-        return 1024 if ":" in self.destination else 0
+        """The metric the kernel gives the route: IPv4 0 without one; IPv6 1024 without
+        one or for 0 (the kernel reads an IPv6 metric of 0 as its default)."""
+        if ":" in self.destination:
+            return self.metric or 1024
+        return self.metric or 0
 
 
 @dataclass(frozen=True)

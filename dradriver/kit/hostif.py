@@ -50,13 +50,15 @@ def checked(
     ifname: str,
     config: Mapping[str, Any] | None = None,
     path: str = netconfig.NETDEV_PATH,
+    shares: bool = False,
 ) -> NetConfig:
     """The config for handing `ifname` to the pod, checked against the node and the
-    interface: its MTU limits; its own addresses go with it, so they are not the node's."""
+    interface: its MTU limits; its own addresses go with it, so they are not the node's
+    (`shares`: the interface is on one of the node's links, as a VF is on its PF's)."""
     link = netlink.find(ifname)
     own = (link.index,) if link is not None else ()
     kept = [f"{a}/{p}" for a, p in netlink.addresses(link.index)] if link is not None else []
-    cfg = netconfig.checked(req, config, path, own, kept)
+    cfg = netconfig.checked(req, config, path, own, kept, shares)
     if link is not None:
         netconfig.check_mtu(cfg, path, link)
         netconfig.check_ipv6_mtu(cfg, path, cfg.mtu or link.mtu)
@@ -153,7 +155,8 @@ def locate(undo: ClaimedInterface) -> netlink.Link | None:
     """Find the claimed interface on the host: original name, container name, or devN.
 
     A candidate must be the NIC that was claimed, by what no claim can set: its
-    permanent hardware address where it has one, else its ifindex or its original MAC.
+    permanent hardware address, its ifindex or its original MAC (a VF driver may give a
+    VF another permanent address when its PF sets its MAC).
     A name and a MAC alone are not enough: a claim chooses its interface name and MAC,
     and a host interface that happens to match them is not ours to touch.
     """
@@ -174,8 +177,8 @@ def locate(undo: ClaimedInterface) -> netlink.Link | None:
 
 def _is_the_claimed_nic(link: netlink.Link, undo: ClaimedInterface) -> bool:
     """Whether `link` is the NIC `claim` took (see `locate`)."""
-    if undo.permanent_mac is not None:
-        return link.permanent_address == undo.permanent_mac
+    if undo.permanent_mac is not None and link.permanent_address == undo.permanent_mac:
+        return True
     if undo.index is not None:
         return link.index == undo.index or (undo.mac is not None and link.address == undo.mac)
     return True  # a record of a driver before 0.2: name and MAC are all it kept

@@ -230,6 +230,7 @@ def checked(
     path: str = NETDEV_PATH,
     own: Sequence[int] = (),
     kept: Sequence[str] = (),
+    shares: bool | None = None,
 ) -> NetConfig:
     """`config` (default: the request's) parsed and checked against the node: addresses
     in the operator's ranges, none twice, none the host uses where the host sees them or
@@ -242,10 +243,12 @@ def checked(
     if cfg.mtu is not None:  # (an MTU the link inherits is checked where it is known)
         check_ipv6_mtu(cfg, path, cfg.mtu)
     nri = req.injection == NRI
-    # A link on a node's link (macvlan, ipvlan, ipoib on a parent; a veth on a bridge)
-    # shares the node's network even in NRI mode: the node's addresses, gateways and the
-    # API server's address stay refused there, as in CDI mode.
-    shares = bool(raw.get("parent") or raw.get("bridge"))
+    # A link on a node's link (macvlan, ipvlan, ipoib on a parent; a veth on a bridge;
+    # an SR-IOV VF, on its PF's port) shares the node's network even in NRI mode: the
+    # node's addresses, gateways and the API server's address stay refused there, as in
+    # CDI mode. `shares` says so; unset, a `parent` or `bridge` in the config does.
+    if shares is None:
+        shares = bool(raw.get("parent") or raw.get("bridge"))
     hostaddr.check(req.context, cfg.ips, f"{path}.ipAddresses", own, on_host=not nri or shares)
     if not nri:
         refused = [(f"{path}.{f}", NEEDS_NRI) for f in ("routes", "sysctls") if raw.get(f)]

@@ -26,18 +26,19 @@ def route_issues(
     interface's addresses (`more`: addresses it keeps of its own) nor IPv6 link-local,
     or the interface's own, network or broadcast address; routes the kernel would not
     hold beside each other or beside the pod's own default route."""
-    networks = [ip.network for ip in ips] + [ipaddress.ip_interface(a).network for a in more]
+    held = [*ips, *(ipaddress.ip_interface(a) for a in more)]  # every address it will hold
+    networks = [ip.network for ip in held]
     issues = _clashes(routes, path)
     for i, route in enumerate(routes):
         if route.gateway is None:
             continue
         dst, gw = iprules.parse_destination(route.destination), ipaddress.ip_address(route.gateway)
         where = f"{path}.routes[{i}].gateway"
-        own = next((n for n in ips if n.version == gw.version and n.ip == gw), None)
+        own = next((n for n in held if n.version == gw.version and n.ip == gw), None)
         edge = next(
             (
                 n.network
-                for n in ips
+                for n in held
                 if n.version == gw.version == 4
                 and n.network.prefixlen <= 30
                 and gw in (n.network.network_address, n.network.broadcast_address)
@@ -68,13 +69,13 @@ def _clashes(routes: Sequence[PodRoute], path: str) -> list[tuple[str, str]]:
     seen: dict[tuple[str, int], int] = {}
     for i, route in enumerate(routes):
         metric = route.kernel_metric
-        if route.destination in DEFAULT_ROUTES and not route.metric:
+        if route.destination in DEFAULT_ROUTES and metric in (0, 1024):
             issues.append(
                 (
                     f"{path}.routes[{i}].metric",
-                    "a default route needs a metric above 0: the pod's own network holds "
-                    "the default route at metric 0 (IPv4) or 1024 (IPv6), and the kernel "
-                    "keeps one route per destination and metric",
+                    "a default route needs a metric other than 0 and 1024: the pod's own "
+                    "network holds the default route at metric 0 (IPv4) or 1024 (IPv6), and "
+                    "the kernel keeps one route per destination and metric",
                 )
             )
         elif (route.destination, metric) in seen:

@@ -165,7 +165,7 @@ class SriovVfHandler:
         """The allocated VF exists, the config names no other one, and its MTU and
         addresses fit the VF's netdev and the node."""
         _, _, ifname = self._vf(req)
-        return hostif.checked(req, ifname).validated()
+        return hostif.checked(req, ifname, shares=True).validated()  # on its PF's port
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Journal VF and netdev state, apply VF settings through the PF, claim the netdev."""

@@ -149,6 +149,7 @@ SHARING_CASES = [
     ("two pods at once", [], ["a", "b"], NIC, (), False),
     ("a claim shared before the policy, unchanged", ["a", "b"], ["a", "b"], NIC, (), True),
     ("a claim shared before the policy, shrinking", ["a", "b"], ["a"], NIC, (), True),
+    ("a claim shared before the policy, a pod swapped", ["a", "b"], ["a", "c"], NIC, (), False),
     ("RDMA device nodes only", ["a"], ["a", "b"], RDMA, (), True),
     ("RoCE (combo from the class)", ["a"], ["a", "b"], RDMA,
      (opaque({"type": "combo"}, source="FromClass"),), False),

@@ -150,7 +150,7 @@ def test_without_the_policy_two_pods_of_one_claim_are_refused_at_prepare(
         pytest.param(
             {**VETH, "routes": [{"destination": "0.0.0.0/0", "gateway": "198.51.100.1"}]},
             "$.netdev.routes[0].metric",
-            "a default route needs a metric above 0",
+            "a default route needs a metric other than 0 and 1024",
             id="default-route-without-metric",
         ),
         pytest.param(

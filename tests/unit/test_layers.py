@@ -158,6 +158,13 @@ def test_the_import_graph_has_no_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_nothing_imports_the_handlers_folder_by_its_checkout_name():
+    """`handlers` is installed as dradriver.handlers: `import handlers...` works only in the
+    checkout and would slip past the layer rule, which looks at dradriver names."""
+    users = [name for name, path in _modules().items() if "handlers" in _third_party(path)]
+    assert users == []
+
+
 def test_the_checker_sees_a_violation():
     """Guard against a checker that passes because it resolves nothing."""
     modules = _modules()

@@ -272,9 +272,13 @@ OLD_PATHS_RUN = TABLE + (
     "handler = reg.get('old', 'gadget')\n"
     "print(json.dumps(handler.prepare(None).edits))\n"
     "import dradriver.hookspecs, dradriver.contract.hookspecs, dradriver.rtnl.wire\n"
-    "import dradriver.kernel.rtnl.wire\n"
+    "import dradriver.kernel.rtnl.wire, importlib.util\n"
+    "from dradriver.claims import resolve\n"
+    "from dradriver.claims.resolution import resolve as resolved\n"
     "print(json.dumps([dradriver.hookspecs is dradriver.contract.hookspecs,\n"
-    "    dradriver.rtnl.wire is dradriver.kernel.rtnl.wire]))\n"
+    "    dradriver.rtnl.wire is dradriver.kernel.rtnl.wire, resolve is resolved,\n"
+    "    importlib.util.find_spec('dradriver.contract.hookspecs').name,\n"
+    "    dradriver.contract.hookspecs.__spec__.origin.endswith('contract/hookspecs.py')]))\n"
 )
 
 
@@ -298,11 +302,13 @@ def test_a_plugin_written_against_the_old_import_paths_still_loads_and_works(tmp
     assert "old" in table["plugins"] and "gadget-0" in table["devices"]
     [move] = edits["netDevices"]
     assert move == {"name": "net1", "hostInterfaceName": "drcbgigevg2727e"}
-    assert same == [True, True]
+    # The moved module keeps its own spec (importlib.reload and find_spec still work).
+    assert same == [True, True, True, "dradriver.contract.hookspecs", True]
     for old, new in [
         ("dradriver.hookspecs", "dradriver.contract.hookspecs"),
         ("dradriver.errors", "dradriver.base.errors"),
         ("dradriver.netlink", "dradriver.kernel.netlink"),
         ("dradriver.kit.netconfig.net_devices_edit", "dradriver.kit.links.net_devices_edit"),
+        ("dradriver.claims.resolve", "dradriver.claims.resolution.resolve"),
     ]:
         assert f"{old} moved to {new}" in res.stderr

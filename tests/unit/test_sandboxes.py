@@ -260,8 +260,14 @@ def test_routes_the_kernel_would_not_hold_beside_each_other_are_refused_at_prepa
     )
     outcome = _preparer(node).prepare([REF])[UID]
     assert outcome.error is not None
-    assert "$.netdev.routes[0].metric: a default route needs a metric above 0" in outcome.error
-    assert "$.netdev.routes[1].metric: a default route needs a metric above 0" in outcome.error
+    assert (
+        "$.netdev.routes[0].metric: a default route needs a metric other than 0 and 1024"
+        in outcome.error
+    )
+    assert (
+        "$.netdev.routes[1].metric: a default route needs a metric other than 0 and 1024"
+        in outcome.error
+    )
     assert (
         "$.netdev.routes[3]: routes[2] already goes to 203.0.113.0/24 at metric 0" in outcome.error
     )
