@@ -78,13 +78,14 @@ _NAME_CHARS = [chr(c) for c in range(0x21, 0x7F) if chr(c) not in "/:%"]
 GOOD_NAMES = st.one_of(
     st.sampled_from(["eth1", "net1", "data0", "x" * 15, "net-1", "n.1", "...", "default0", "lo0"]),
     st.text(_NAME_CHARS, min_size=1, max_size=15).filter(
-        lambda n: n not in ("lo", "all", "default", ".", "..")
+        lambda n: n not in ("lo", "eth0", "all", "default", ".", "..")
     ),
 )
 BAD_NAMES = st.one_of(
     st.sampled_from(
         [
             "",
+            "eth0",  # every pod's own interface
             "lo",
             ".",
             "..",
@@ -379,6 +380,8 @@ def netdev_case(
             case.form.add(f"{base}.macAddress")
         else:
             netdev["macAddress"] = draw(GOOD_MACS)
+            if kind == "macvlan" and not int(netdev["macAddress"][:2], 16) & 2:
+                case.form.add(f"{base}.macAddress")  # a macvlan's must be locally administered
     if draw(st.integers(0, 3)):
         values, form, node, exact = draw(addresses(f"{base}.ipAddresses", bad_rate))
         netdev["ipAddresses"] = values
