@@ -12,7 +12,9 @@ work=$(mktemp -d /tmp/dra-unit.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
 # Tracked and new (not ignored) files: what a clone would hold, plus uncommitted work.
-git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work" 2>/dev/null || true
+# (a tracked file deleted in the work tree is skipped, with tar's warning)
+git ls-files -z --cached --others --exclude-standard \
+    | tar --null -T - --ignore-failed-read -cf - | tar -xf - -C "$work"
 cp -a .git "$work/.git"  # the record-format tests read older releases from history
 "$python" -m venv "$work/.venv"
 "$work/.venv/bin/pip" install --quiet --disable-pip-version-check -e "$work[test]"

@@ -7,6 +7,7 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     """0.1's `dradriver.claims` module (claim resolution) at its new place, with a
     DeprecationWarning; removed in 0.3."""
+    # By name: a `from` import here would ask this very __getattr__ for the submodule.
     import importlib  # noqa: PLC0415 - only for the names of 0.1
     import warnings  # noqa: PLC0415
 

@@ -150,11 +150,10 @@ def refuse_sharing(resolved: resolution.ResolvedClaim, plans: Sequence[Plan]) ->
     movers = [p.req.request for p in plans if p.validated.into_pod]
     if len(resolved.pod_uids) < 2 or not movers:
         return
-    names = resolved.pod_names or ("",) * len(resolved.pod_uids)
     ns = resolved.ref.namespace
     pods = ", ".join(
         f"{ns}/{name} ({uid})" if name else uid
-        for uid, name in zip(resolved.pod_uids, names, strict=True)
+        for uid, name in zip(resolved.pod_uids, resolved.pod_names, strict=True)
     )
     raise ClaimError(
         f"request {movers[0]}: its device goes into one pod's network namespace, but "

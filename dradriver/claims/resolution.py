@@ -33,7 +33,7 @@ class ResolvedClaim:
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
     pod_uids: tuple[str, ...]
-    pod_names: tuple[str, ...] = ()  # of the same pods, as status.reservedFor names them
+    pod_names: tuple[str, ...]  # of the same pods, as status.reservedFor names them
 
 
 def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedClaim:

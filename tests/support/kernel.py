@@ -6,15 +6,8 @@ import functools
 import subprocess
 from pathlib import Path
 
-from tests.support import hosttools, netns
-
-_LINK_SETUP = {
-    "veth": ["type", "veth", "peer", "name", "p1"],
-    "macvlan": ["link", "p0", "type", "macvlan"],
-    "ipvlan": ["link", "p0", "type", "ipvlan", "mode", "l2"],
-    "dummy": ["type", "dummy"],
-    "bridge": ["type", "bridge"],
-}
+from localcluster.examples import link_kind_missing
+from tests.support import hosttools
 
 
 @functools.cache
@@ -31,27 +24,9 @@ def missing(feature: str) -> str | None:
                 "soft-RoCE is Ethernet)"
             )
         )
-    if feature not in _LINK_SETUP:
-        return f"unknown kernel feature {feature}"
     if reason := hosttools.missing("ip"):
         return reason
-    _load_module(feature)
-    ns = netns.create("probe")
-    try:
-        netns.ip(ns, "link", "add", "p0", "type", "veth", "peer", "name", "q0")
-        res = subprocess.run(
-            ["ip", "-n", ns, "link", "add", "t0", *_LINK_SETUP[feature]],
-            capture_output=True,
-            text=True,
-        )
-        if res.returncode != 0:
-            return (
-                f"the running kernel lacks link kind {feature} "
-                f"({res.stderr.strip() or 'ip link add failed'})"
-            )
-        return None
-    finally:
-        netns.delete(ns)
+    return link_kind_missing(feature)  # the probe the local cluster uses too
 
 
 def _load_module(name: str) -> None:
