@@ -160,23 +160,20 @@ def locate(undo: ClaimedInterface) -> netlink.Link | None:
     A name and a MAC alone are not enough: a claim chooses its interface name and MAC,
     and a host interface that happens to match them is not ours to touch.
     """
-    macs = {undo.expected_mac, undo.mac} - {None}
     for name in (undo.host_name, undo.container_name):
         link = netlink.find(name)
-        if link is not None and link.address in macs and _is_the_claimed_nic(link, undo):
+        if link is not None and _is_the_claimed_nic(link, undo):
             return link
     for link in netlink.links():
-        if (
-            _KERNEL_FALLBACK_NAME.fullmatch(link.name)
-            and link.address in macs
-            and _is_the_claimed_nic(link, undo)
-        ):
+        if _KERNEL_FALLBACK_NAME.fullmatch(link.name) and _is_the_claimed_nic(link, undo):
             return link
     return None
 
 
 def _is_the_claimed_nic(link: netlink.Link, undo: ClaimedInterface) -> bool:
     """Whether `link` is the NIC `claim` took (see `locate`)."""
+    if link.address not in {undo.expected_mac, undo.mac} - {None}:
+        return False
     if undo.permanent_mac is not None and link.permanent_address == undo.permanent_mac:
         return True
     if undo.index is not None:
