@@ -166,7 +166,10 @@ class ClaimLifecycle:
         by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         for plan, prepared in done:
             name = cdi.device_name(plan.cdi_device_id)
-            edits = injection.spec_edits(plan.req.injection, plan.req.request, prepared.edits)
+            marker = injection.claim_env(ref.uid, str(ref)) if plan.validated.into_pod else ""
+            edits = injection.spec_edits(
+                plan.req.injection, plan.req.request, prepared.edits, marker
+            )
             by_type.setdefault(plan.type, []).append((name, edits))
         return {
             naming.cdi_spec_filename(driver, type_, ref.uid): cdi.build_spec(driver, type_, devices)

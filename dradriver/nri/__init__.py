@@ -7,6 +7,6 @@ The core implements `SandboxHandler` and runs one `NriPlugin`; everything below 
 from __future__ import annotations
 
 from dradriver.nri.plugin import DEFAULT_SOCKET, NriPlugin
-from dradriver.nri.pods import PodSandbox, SandboxHandler
+from dradriver.nri.pods import Container, PodSandbox, SandboxHandler
 
-__all__ = ["DEFAULT_SOCKET", "NriPlugin", "PodSandbox", "SandboxHandler"]
+__all__ = ["DEFAULT_SOCKET", "Container", "NriPlugin", "PodSandbox", "SandboxHandler"]

@@ -31,6 +31,20 @@ class PodSandbox:
         return f"{self.namespace}/{self.name} (uid {self.uid})"
 
 
+@dataclass(frozen=True)
+class Container:
+    """A container being created, as the runtime reports it: what the driver reads."""
+
+    id: str
+    name: str
+    env: tuple[str, ...]  # the OCI process environment, CDI edits applied
+
+    @classmethod
+    def from_proto(cls, container: api_pb2.Container) -> Container:
+        """Convert NRI's Container."""
+        return cls(id=container.id, name=container.name, env=tuple(container.env))
+
+
 class SandboxHandler(Protocol):
     """What the core does on pod sandbox events. Calls come from the plugin's threads.
 
@@ -53,3 +67,7 @@ class SandboxHandler(Protocol):
 
     def remove_pod_sandbox(self, pod: PodSandbox) -> None:
         """The sandbox is gone; containerd 2.2 sends no netns path any more ("")."""
+
+    def create_container(self, pod: PodSandbox, container: Container) -> None:
+        """A container of the running sandbox is about to be made: raising refuses it
+        (the runtime fails the container and the kubelet retries it)."""

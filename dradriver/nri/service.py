@@ -1,4 +1,5 @@
-"""The NRI Plugin service of one connection: Configure, Synchronize, StateChange, Shutdown.
+"""The NRI Plugin service of one connection: Configure, Synchronize, StateChange,
+CreateContainer, Shutdown.
 
 Handlers run on the reader thread and never block it: the core's work goes to the
 HandlerRunner, and every call gets an answer by its deadline, which is the plugin's
@@ -21,7 +22,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from dradriver.base.log import event
 from dradriver.nri.dispatch import HandlerRunner
-from dradriver.nri.pods import PodSandbox, SandboxHandler
+from dradriver.nri.pods import Container, PodSandbox, SandboxHandler
 from dradriver.nri.proto import api_pb2
 from dradriver.nri.rpc import Handler, IncomingCall
 from dradriver.nri.ttrpc import Code
@@ -34,7 +35,8 @@ EVENT_NAMES = {
     api_pb2.RUN_POD_SANDBOX: "RunPodSandbox",
     api_pb2.STOP_POD_SANDBOX: "StopPodSandbox",
     api_pb2.REMOVE_POD_SANDBOX: "RemovePodSandbox",
-}
+}  # the pod events, which come as StateChange
+SUBSCRIBED = {**EVENT_NAMES, api_pb2.CREATE_CONTAINER: "CreateContainer"}
 
 
 def event_mask(events: Iterable[int]) -> int:
@@ -42,7 +44,7 @@ def event_mask(events: Iterable[int]) -> int:
     return sum(1 << (e - 1) for e in set(events))
 
 
-EVENT_MASK = event_mask(EVENT_NAMES)  # 0x7
+EVENT_MASK = event_mask(SUBSCRIBED)  # 0xf
 RUNTIME_SHARE = 0.75  # of the runtime's time for a call that the core may use
 DEFAULT_REQUEST_TIMEOUT = 2.0  # NRI's DefaultPluginRequestTimeout, until Configure says more
 MAX_ERROR_LEN = 1024
@@ -82,6 +84,7 @@ class PluginService:
             (PLUGIN_SERVICE, "Configure"): self._configure,
             (PLUGIN_SERVICE, "Synchronize"): self._synchronize,
             (PLUGIN_SERVICE, "StateChange"): self._state_change,
+            (PLUGIN_SERVICE, "CreateContainer"): self._create_container,
             (PLUGIN_SERVICE, "Shutdown"): self._shutdown,
         }
 
@@ -116,7 +119,7 @@ class PluginService:
             runtime=req.runtime_name,
             version=req.runtime_version,
             request_timeout=self.runtime.request_timeout,
-            events=",".join(EVENT_NAMES.values()),
+            events=",".join(SUBSCRIBED.values()),
         )
         call.reply(api_pb2.ConfigureResponse(events=EVENT_MASK).SerializeToString())
 
@@ -168,6 +171,36 @@ class PluginService:
             api_pb2.STOP_POD_SANDBOX: self._handler.stop_pod_sandbox,
             api_pb2.REMOVE_POD_SANDBOX: self._handler.remove_pod_sandbox,
         }[req.event]
+        teardown = req.event != api_pb2.RUN_POD_SANDBOX
+        self._dispatch(call, name, pod, lambda: fn(pod), EMPTY, teardown=teardown)
+
+    def _create_container(self, call: IncomingCall) -> None:
+        req = _parse(call, api_pb2.CreateContainerRequest())
+        if req is None:
+            return
+        pod = PodSandbox.from_proto(req.pod)
+        container = Container.from_proto(req.container)
+        self._dispatch(
+            call,
+            f"CreateContainer of {container.name}",
+            pod,
+            lambda: self._handler.create_container(pod, container),
+            api_pb2.CreateContainerResponse().SerializeToString(),
+            teardown=False,
+        )
+
+    def _dispatch(
+        self,
+        call: IncomingCall,
+        name: str,
+        pod: PodSandbox,
+        fn: Callable[[], None],
+        reply: bytes,
+        *,
+        teardown: bool,
+    ) -> None:
+        """Run a pod's event on the runner, answering `reply` or the error by the deadline;
+        a teardown is owed and runs late, anything else is dropped when the pod is busy."""
         budget = self._budget(call)
         started = time.monotonic()
         deadline = started + budget
@@ -178,7 +211,7 @@ class PluginService:
             if exc is not None:
                 event(log, logging.ERROR, "NRI event failed", **fields, ms=took, error=exc)
                 call.fail(Code.UNKNOWN, _clip(f"dra-driver: {name} of pod {pod}: {exc}"))
-            elif call.reply(EMPTY):
+            elif call.reply(reply):
                 event(log, logging.INFO, "NRI event handled", **fields, ms=took)
             else:
                 event(
@@ -190,11 +223,10 @@ class PluginService:
                 )
 
         key = pod.uid or pod.id
-        teardown = req.event != api_pb2.RUN_POD_SANDBOX
         if self._runner.busy(key):
             # The runtime blocks every pod's NRI calls while it waits for one: do not
             # make it wait for a pod whose earlier call is stuck. A teardown is still
-            # owed, so it runs when that call returns; a RunPodSandbox is dropped.
+            # owed, so it runs when that call returns; anything else is dropped.
             event(
                 log,
                 logging.WARNING,
@@ -220,7 +252,7 @@ class PluginService:
             )
         self._runner.submit(
             key,
-            lambda: fn(pod),
+            fn,
             deadline,
             outcome,
             run_late=teardown,

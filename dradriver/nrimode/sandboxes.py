@@ -19,6 +19,8 @@ a restarted one see what was done.
 * RemovePodSandbox (no namespace path any more): what the records say of the sandbox
   is SPENT (a physical interface still inside came back with the namespace's end;
   unprepare or the next renew finds it by MAC).
+* CreateContainer: a container using a claim that serves another pod is refused
+  (containers.py).
 * Synchronize (every connection, so also at start-up): answered at once; a background
   pass then marks SPENT what is placed in sandboxes the runtime no longer has, finishes
   journaled moves, and moves in what running sandboxes never got (the driver was down,
@@ -42,6 +44,7 @@ from dradriver.claims.lifecycle import ClaimLifecycle
 from dradriver.contract.hookspecs import NRI
 from dradriver.kernel import netlink
 from dradriver.nrimode import placing
+from dradriver.nrimode.containers import ContainerCheck, NewContainer
 from dradriver.state.moves import (
     IN,
     LEAVING,
@@ -110,6 +113,7 @@ class PodSandboxes:
         self._pending: list[Sandbox] | None = None  # the newest sync snapshot, not done yet
         self._worker: threading.Thread | None = None
         self.synced = threading.Event()  # a background pass finished (tests, start-up)
+        self.containers = ContainerCheck(self.records)
 
     # -- the runtime's events -----------------------------------------------------------
 
@@ -130,6 +134,10 @@ class PodSandboxes:
         with self._guard:
             self._ended.add(pod.id)
         self._event("RemovePodSandbox", pod, self._remove, self.lock_wait)
+
+    def create_container(self, pod: Sandbox, container: NewContainer) -> None:
+        """Refuse a container that uses a network claim another pod holds."""
+        self.containers.create_container(pod.uid, f"{pod.namespace}/{pod.name}", container)
 
     def synchronize(self, pods: Sequence[Sandbox]) -> None:
         """Reconcile the records with the runtime's sandboxes, in the background."""

@@ -139,3 +139,15 @@ def other_pod(
             continue  # an earlier sandbox of this pod: its devices are used up
         return holder or f"unknown (sandbox {where.get('sandbox')})"
     return None
+
+
+def holder(placements: Placement, pods: Sequence[str], pod: str) -> str | None:
+    """The pod holding a claim's devices if pod `pod` may not use them: the pod whose
+    sandbox has them, else, when `pod` is not among them, the pods it was prepared for."""
+    for where in placements.values():
+        owner = where.get("pod")  # records before 0.2 do not say: the pod list decides
+        if where.get("state") in _PLACED and owner is not None and owner != pod:
+            return owner
+    if pods and pod not in pods:
+        return ", ".join(pods)
+    return None

@@ -208,6 +208,18 @@ class PluginConn:
         self.call("StateChange", api_pb2.StateChangeEvent(event=event, pod=pod), timeout)
         return True
 
+    def create_container(
+        self, pod: api_pb2.PodSandbox, name: str, env: list[str], timeout: float = 2.0
+    ) -> bool:
+        """Relay a container's creation if subscribed (False if not); raise CallFailed on
+        an error, as the runtime then fails the container."""
+        if not self.events & (1 << (api_pb2.CREATE_CONTAINER - 1)):
+            return False
+        container = api_pb2.Container(id=f"ctr-{name}", pod_sandbox_id=pod.id, name=name, env=env)
+        req = api_pb2.CreateContainerRequest(pod=pod, container=container)
+        api_pb2.CreateContainerResponse.FromString(self.call("CreateContainer", req, timeout))
+        return True
+
     def close(self) -> None:
         """Drop the plugin's connection."""
         with contextlib.suppress(OSError):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dradriver.base.errors import DeviceError
-from dradriver.nri import NriPlugin, PodSandbox
+from dradriver.nri import Container, NriPlugin, PodSandbox
 from dradriver.nri.plugin import Backoff
 from dradriver.nri.proto import api_pb2
 from tests.support.nriruntime import CallFailed, FakeRuntime, fake_runtime, pod
@@ -44,6 +44,10 @@ class Recorder:
                 raise self.fail[pod.uid]
         finally:
             self.active.discard(pod.uid)
+
+    def create_container(self, pod, container):
+        self._do("create", pod)
+        self.calls.put(("container", container))
 
     def synchronize(self, pods):
         self.calls.put(("sync", list(pods)))
@@ -93,7 +97,7 @@ def plugin_factory(runtime, recorder) -> Iterator:
 def connect(runtime, recorder, pods=()):
     """Accept the plugin, configure and synchronize it as the runtime does; return the conn."""
     conn = runtime.accept()
-    assert conn.configure() == 0b111
+    assert conn.configure() == 0b1111
     conn.synchronize(list(pods))
     assert recorder.next()[0] == "sync"
     return conn
@@ -104,7 +108,7 @@ def test_registers_configures_and_synchronizes(runtime, recorder, plugin_factory
     conn = runtime.accept()
     assert (conn.registration.plugin_name, conn.registration.plugin_idx) == ("dra-driver", "10")
     assert not plugin.connected  # registered, but not configured and synchronized yet
-    assert conn.configure() == 0b111  # RunPodSandbox, StopPodSandbox, RemovePodSandbox
+    assert conn.configure() == 0b1111  # Run-, Stop-, RemovePodSandbox, CreateContainer
     pods = [pod("uid-a"), pod("uid-b", netns=""), pod("uid-c", netns="/run/netns/c")]
     conn.synchronize(pods, per_message=2)  # split in two, as the runtime does for big states
     what, got = recorder.next()
@@ -125,8 +129,9 @@ def test_each_pod_event_reaches_the_handler_in_order(runtime, recorder, plugin_f
     for event in (RUN, STOP, REMOVE):
         assert conn.state_change(event, pod("uid-1"))
     assert [recorder.next()[0] for _ in range(3)] == ["run", "stop", "remove"]
-    # Container events are not subscribed; if one came anyway it is answered, not handled.
-    assert not conn.state_change(api_pb2.CREATE_CONTAINER, pod("uid-1"))
+    # Other container events are not subscribed; if one came anyway it is answered, not
+    # handled.
+    assert not conn.state_change(api_pb2.START_CONTAINER, pod("uid-1"))
     conn.call("StateChange", api_pb2.StateChangeEvent(event=api_pb2.START_CONTAINER))
     conn.call("Shutdown", api_pb2.Empty())
     assert recorder.calls.empty()
@@ -151,6 +156,26 @@ def test_a_handler_error_fails_the_event_with_the_pod_named(
     # The connection is fine afterwards.
     assert conn.state_change(RUN, pod("uid-good"))
     assert [recorder.next()[1].uid for _ in range(2)] == ["uid-bad", "uid-good"]
+
+
+def test_a_container_being_created_reaches_the_handler_with_its_environment(
+    runtime, recorder, plugin_factory
+):
+    plugin_factory()
+    conn = connect(runtime, recorder)
+    env = ["PATH=/bin", "DRA_NETDEV=net1"]
+    assert conn.create_container(pod("uid-1"), "app", env)
+    assert recorder.next() == ("create", PodSandbox.from_proto(pod("uid-1")))
+    assert recorder.next() == ("container", Container("ctr-app", "app", tuple(env)))
+    # Refused: the runtime fails the container with the handler's message, naming both.
+    recorder.fail["uid-2"] = DeviceError("claim default/c serves pod uid-1")
+    with pytest.raises(CallFailed) as err:
+        conn.create_container(pod("uid-2", name="web"), "side", [])
+    assert err.value.message == (
+        "dra-driver: CreateContainer of side of pod default/web (uid uid-2): "
+        "claim default/c serves pod uid-1"
+    )
+    assert conn.violations == []
 
 
 def test_a_hanging_handler_is_answered_in_time_and_blocks_only_its_pod(

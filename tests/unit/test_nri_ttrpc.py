@@ -85,12 +85,13 @@ def test_response_vectors():
 
 
 def test_event_mask_encoding():
-    # event.go: Set(e) does mask |= 1 << (e - 1). RUN_POD_SANDBOX=1, STOP=2, REMOVE=3.
-    assert EVENT_MASK == 0b111
+    # event.go: Set(e) does mask |= 1 << (e - 1). RUN_POD_SANDBOX=1, STOP=2, REMOVE=3,
+    # CREATE_CONTAINER=4.
+    assert EVENT_MASK == 0b1111
     assert event_mask([api_pb2.REMOVE_POD_SANDBOX]) == 0b100
     assert event_mask([api_pb2.VALIDATE_CONTAINER_ADJUSTMENT]) == 1 << 13
-    # ConfigureResponse{events: 7}: field 2 varint -> key 0x10, value 07.
-    assert api_pb2.ConfigureResponse(events=EVENT_MASK).SerializeToString() == b"\x10\x07"
+    # ConfigureResponse{events: 15}: field 2 varint -> key 0x10, value 0f.
+    assert api_pb2.ConfigureResponse(events=EVENT_MASK).SerializeToString() == b"\x10\x0f"
 
 
 def test_garbage_is_a_clear_error():

@@ -83,7 +83,7 @@ def test_nri_services_have_the_names_containerd_calls():
     assert methods("Runtime") == ("nri.pkg.api.v1alpha1.Runtime", {"RegisterPlugin"})
     assert methods("Plugin") == (
         "nri.pkg.api.v1alpha1.Plugin",
-        {"Configure", "Synchronize", "Shutdown", "StateChange"},
+        {"Configure", "Synchronize", "Shutdown", "StateChange", "CreateContainer"},
     )
 
 
@@ -108,6 +108,9 @@ def test_nri_field_numbers_and_event_values_match_upstream():
     assert numbers(api_pb2.PodSandbox) == {"id": 1, "name": 2, "uid": 3, "namespace": 4, "linux": 8}
     assert numbers(api_pb2.LinuxPodSandbox) == {"namespaces": 5}
     assert numbers(api_pb2.LinuxNamespace) == {"type": 1, "path": 2}
+    assert numbers(api_pb2.CreateContainerRequest) == {"pod": 1, "container": 2}
+    assert numbers(api_pb2.CreateContainerResponse) == {}
+    assert numbers(api_pb2.Container) == {"id": 1, "pod_sandbox_id": 2, "name": 3, "env": 8}
     assert {v.name: v.number for v in api_pb2.Event.DESCRIPTOR.values} == {
         "UNKNOWN": 0,
         "RUN_POD_SANDBOX": 1,

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x64radriver/nri/proto/api.proto\x12\x14nri.pkg.api.v1alpha1\"@\n\x15RegisterPluginRequest\x12\x13\n\x0bplugin_name\x18\x01 \x01(\t\x12\x12\n\nplugin_idx\x18\x02 \x01(\t\"\x88\x01\n\x10\x43onfigureRequest\x12\x0e\n\x06\x63onfig\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1c\n\x14registration_timeout\x18\x04 \x01(\x03\x12\x17\n\x0frequest_timeout\x18\x05 \x01(\x03\"#\n\x11\x43onfigureResponse\x12\x0e\n\x06\x65vents\x18\x02 \x01(\x05\"R\n\x12SynchronizeRequest\x12.\n\x04pods\x18\x01 \x03(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x0c\n\x04more\x18\x03 \x01(\x08\"#\n\x13SynchronizeResponse\x12\x0c\n\x04more\x18\x02 \x01(\x08\"m\n\x10StateChangeEvent\x12*\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x1b.nri.pkg.api.v1alpha1.Event\x12-\n\x03pod\x18\x02 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\"\x07\n\x05\x45mpty\"|\n\nPodSandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x34\n\x05linux\x18\x08 \x01(\x0b\x32%.nri.pkg.api.v1alpha1.LinuxPodSandbox\"K\n\x0fLinuxPodSandbox\x12\x38\n\nnamespaces\x18\x05 \x03(\x0b\x32$.nri.pkg.api.v1alpha1.LinuxNamespace\",\n\x0eLinuxNamespace\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t*\xf4\x02\n\x05\x45vent\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x13\n\x0fRUN_POD_SANDBOX\x10\x01\x12\x14\n\x10STOP_POD_SANDBOX\x10\x02\x12\x16\n\x12REMOVE_POD_SANDBOX\x10\x03\x12\x14\n\x10\x43REATE_CONTAINER\x10\x04\x12\x19\n\x15POST_CREATE_CONTAINER\x10\x05\x12\x13\n\x0fSTART_CONTAINER\x10\x06\x12\x18\n\x14POST_START_CONTAINER\x10\x07\x12\x14\n\x10UPDATE_CONTAINER\x10\x08\x12\x19\n\x15POST_UPDATE_CONTAINER\x10\t\x12\x12\n\x0eSTOP_CONTAINER\x10\n\x12\x14\n\x10REMOVE_CONTAINER\x10\x0b\x12\x16\n\x12UPDATE_POD_SANDBOX\x10\x0c\x12\x1b\n\x17POST_UPDATE_POD_SANDBOX\x10\r\x12!\n\x1dVALIDATE_CONTAINER_ADJUSTMENT\x10\x0e\x12\x08\n\x04LAST\x10\x0f\x32\x65\n\x07Runtime\x12Z\n\x0eRegisterPlugin\x12+.nri.pkg.api.v1alpha1.RegisterPluginRequest\x1a\x1b.nri.pkg.api.v1alpha1.Empty2\xe4\x02\n\x06Plugin\x12\\\n\tConfigure\x12&.nri.pkg.api.v1alpha1.ConfigureRequest\x1a\'.nri.pkg.api.v1alpha1.ConfigureResponse\x12\x62\n\x0bSynchronize\x12(.nri.pkg.api.v1alpha1.SynchronizeRequest\x1a).nri.pkg.api.v1alpha1.SynchronizeResponse\x12\x44\n\x08Shutdown\x12\x1b.nri.pkg.api.v1alpha1.Empty\x1a\x1b.nri.pkg.api.v1alpha1.Empty\x12R\n\x0bStateChange\x12&.nri.pkg.api.v1alpha1.StateChangeEvent\x1a\x1b.nri.pkg.api.v1alpha1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x64radriver/nri/proto/api.proto\x12\x14nri.pkg.api.v1alpha1\"@\n\x15RegisterPluginRequest\x12\x13\n\x0bplugin_name\x18\x01 \x01(\t\x12\x12\n\nplugin_idx\x18\x02 \x01(\t\"\x88\x01\n\x10\x43onfigureRequest\x12\x0e\n\x06\x63onfig\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1c\n\x14registration_timeout\x18\x04 \x01(\x03\x12\x17\n\x0frequest_timeout\x18\x05 \x01(\x03\"#\n\x11\x43onfigureResponse\x12\x0e\n\x06\x65vents\x18\x02 \x01(\x05\"R\n\x12SynchronizeRequest\x12.\n\x04pods\x18\x01 \x03(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x0c\n\x04more\x18\x03 \x01(\x08\"#\n\x13SynchronizeResponse\x12\x0c\n\x04more\x18\x02 \x01(\x08\"m\n\x10StateChangeEvent\x12*\n\x05\x65vent\x18\x01 \x01(\x0e\x32\x1b.nri.pkg.api.v1alpha1.Event\x12-\n\x03pod\x18\x02 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\"{\n\x16\x43reateContainerRequest\x12-\n\x03pod\x18\x01 \x01(\x0b\x32 .nri.pkg.api.v1alpha1.PodSandbox\x12\x32\n\tcontainer\x18\x02 \x01(\x0b\x32\x1f.nri.pkg.api.v1alpha1.Container\"\x19\n\x17\x43reateContainerResponse\"J\n\tContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03\x65nv\x18\x08 \x03(\t\"\x07\n\x05\x45mpty\"|\n\nPodSandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x34\n\x05linux\x18\x08 \x01(\x0b\x32%.nri.pkg.api.v1alpha1.LinuxPodSandbox\"K\n\x0fLinuxPodSandbox\x12\x38\n\nnamespaces\x18\x05 \x03(\x0b\x32$.nri.pkg.api.v1alpha1.LinuxNamespace\",\n\x0eLinuxNamespace\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t*\xf4\x02\n\x05\x45vent\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x13\n\x0fRUN_POD_SANDBOX\x10\x01\x12\x14\n\x10STOP_POD_SANDBOX\x10\x02\x12\x16\n\x12REMOVE_POD_SANDBOX\x10\x03\x12\x14\n\x10\x43REATE_CONTAINER\x10\x04\x12\x19\n\x15POST_CREATE_CONTAINER\x10\x05\x12\x13\n\x0fSTART_CONTAINER\x10\x06\x12\x18\n\x14POST_START_CONTAINER\x10\x07\x12\x14\n\x10UPDATE_CONTAINER\x10\x08\x12\x19\n\x15POST_UPDATE_CONTAINER\x10\t\x12\x12\n\x0eSTOP_CONTAINER\x10\n\x12\x14\n\x10REMOVE_CONTAINER\x10\x0b\x12\x16\n\x12UPDATE_POD_SANDBOX\x10\x0c\x12\x1b\n\x17POST_UPDATE_POD_SANDBOX\x10\r\x12!\n\x1dVALIDATE_CONTAINER_ADJUSTMENT\x10\x0e\x12\x08\n\x04LAST\x10\x0f\x32\x65\n\x07Runtime\x12Z\n\x0eRegisterPlugin\x12+.nri.pkg.api.v1alpha1.RegisterPluginRequest\x1a\x1b.nri.pkg.api.v1alpha1.Empty2\xd4\x03\n\x06Plugin\x12\\\n\tConfigure\x12&.nri.pkg.api.v1alpha1.ConfigureRequest\x1a\'.nri.pkg.api.v1alpha1.ConfigureResponse\x12\x62\n\x0bSynchronize\x12(.nri.pkg.api.v1alpha1.SynchronizeRequest\x1a).nri.pkg.api.v1alpha1.SynchronizeResponse\x12\x44\n\x08Shutdown\x12\x1b.nri.pkg.api.v1alpha1.Empty\x1a\x1b.nri.pkg.api.v1alpha1.Empty\x12R\n\x0bStateChange\x12&.nri.pkg.api.v1alpha1.StateChangeEvent\x1a\x1b.nri.pkg.api.v1alpha1.Empty\x12n\n\x0f\x43reateContainer\x12,.nri.pkg.api.v1alpha1.CreateContainerRequest\x1a-.nri.pkg.api.v1alpha1.CreateContainerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dradriver.nri.proto.api_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EVENT']._serialized_start=788
-  _globals['_EVENT']._serialized_end=1160
+  _globals['_EVENT']._serialized_start=1016
+  _globals['_EVENT']._serialized_end=1388
   _globals['_REGISTERPLUGINREQUEST']._serialized_start=55
   _globals['_REGISTERPLUGINREQUEST']._serialized_end=119
   _globals['_CONFIGUREREQUEST']._serialized_start=122
@@ -45,16 +45,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYNCHRONIZERESPONSE']._serialized_end=416
   _globals['_STATECHANGEEVENT']._serialized_start=418
   _globals['_STATECHANGEEVENT']._serialized_end=527
-  _globals['_EMPTY']._serialized_start=529
-  _globals['_EMPTY']._serialized_end=536
-  _globals['_PODSANDBOX']._serialized_start=538
-  _globals['_PODSANDBOX']._serialized_end=662
-  _globals['_LINUXPODSANDBOX']._serialized_start=664
-  _globals['_LINUXPODSANDBOX']._serialized_end=739
-  _globals['_LINUXNAMESPACE']._serialized_start=741
-  _globals['_LINUXNAMESPACE']._serialized_end=785
-  _globals['_RUNTIME']._serialized_start=1162
-  _globals['_RUNTIME']._serialized_end=1263
-  _globals['_PLUGIN']._serialized_start=1266
-  _globals['_PLUGIN']._serialized_end=1622
+  _globals['_CREATECONTAINERREQUEST']._serialized_start=529
+  _globals['_CREATECONTAINERREQUEST']._serialized_end=652
+  _globals['_CREATECONTAINERRESPONSE']._serialized_start=654
+  _globals['_CREATECONTAINERRESPONSE']._serialized_end=679
+  _globals['_CONTAINER']._serialized_start=681
+  _globals['_CONTAINER']._serialized_end=755
+  _globals['_EMPTY']._serialized_start=757
+  _globals['_EMPTY']._serialized_end=764
+  _globals['_PODSANDBOX']._serialized_start=766
+  _globals['_PODSANDBOX']._serialized_end=890
+  _globals['_LINUXPODSANDBOX']._serialized_start=892
+  _globals['_LINUXPODSANDBOX']._serialized_end=967
+  _globals['_LINUXNAMESPACE']._serialized_start=969
+  _globals['_LINUXNAMESPACE']._serialized_end=1013
+  _globals['_RUNTIME']._serialized_start=1390
+  _globals['_RUNTIME']._serialized_end=1491
+  _globals['_PLUGIN']._serialized_start=1494
+  _globals['_PLUGIN']._serialized_end=1962
 # @@protoc_insertion_point(module_scope)
