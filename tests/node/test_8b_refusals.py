@@ -144,6 +144,28 @@ def test_without_the_policy_two_pods_of_one_claim_are_refused_at_prepare(
     assert not driver_state(cluster.local.lay).records
 
 
+def test_without_the_policy_a_pod_added_to_a_prepared_claim_is_refused_at_its_container(
+    cluster: NodeCluster, drivers, kns: str, without_the_sharing_policy: None
+):
+    """The kubelet prepares a claim once: a pod reserved after that gets no prepare, so
+    its sandbox got nothing and it ran without the interface, silently. Its container
+    carries the claim's variable from the CDI spec; the driver refuses it at
+    CreateContainer, naming the claim and the holder, which keeps its interface."""
+    drivers.start("--injection", "nri")
+    cluster.apply([_claim("shr", VETH), _pod_of("first", "shr")], kns)
+    first = cluster.wait_running(kns, "first")
+    uid = first["metadata"]["uid"]
+    cluster.apply([_pod_of("late", "shr")], kns)
+    message = _told(cluster, kns, "late", f"serves pod {uid}", timeout=90)
+    assert f"claim {kns}/shr (" in message
+    assert f"container app of pod {kns}/late (" in message
+    _not_running(cluster, kns, "late")
+    reserved = cluster.claim(kns, "shr")["status"]["reservedFor"]
+    assert sorted(r["name"] for r in reserved) == ["first", "late"]
+    inside = via_sandbox(cluster.local.lay, uid)
+    assert "198.51.100.60/24" in inside["shr2"].addresses
+
+
 @pytest.mark.parametrize(
     "netdev,where,why",
     [
