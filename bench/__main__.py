@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import latency, lifecycle, node, placement, publishing, rtnl
+from bench import churn, latency, lifecycle, node, placement, publishing, rtnl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +65,7 @@ def run(quick: bool, only: frozenset[str] = frozenset()) -> dict[str, Any]:
     section("memory", lifecycle.memory, 1000 if quick else 10000, 100)
     section("rtnl", rtnl.figures, n)
     section("placement", placement.placement, (1, 8, 16, 32), 1 if quick else 5)
+    section("churn", churn.churn, 100 if quick else 1000, 25 if quick else 250)
     section("node", node.node_figures, 5 if quick else 20)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
     return out
@@ -176,6 +177,7 @@ def table(r: dict[str, Any]) -> str:
         )
     lines += rtnl_rows(r)
     lines += placement.rows(r.get("placement", []))
+    lines += churn.rows(r.get("churn"))
     lines += node_rows(r)
     total = sum(r["seconds"].values())
     lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
