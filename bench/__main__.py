@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import latency, lifecycle, node, publishing, rtnl
+from bench import churn, latency, lifecycle, node, placement, publishing, rtnl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,12 +44,14 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(quick: bool) -> dict[str, Any]:
-    """Every figure; each section is timed too."""
+def run(quick: bool, only: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every figure (or the sections named in `only`); each section is timed too."""
     n = 20 if quick else 200
     out: dict[str, Any] = {"machine": machine(), "seconds": {}}
 
     def section(name: str, fn: Any, *args: Any) -> None:
+        if only and name not in only:
+            return
         start = time.monotonic()
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
         out[name] = fn(*args)
@@ -62,6 +64,8 @@ def run(quick: bool) -> dict[str, Any]:
     section("publishing", publishing.publishing, (0, 64, 512), 5 if quick else 20)
     section("memory", lifecycle.memory, 1000 if quick else 10000, 100)
     section("rtnl", rtnl.figures, n)
+    section("placement", placement.placement, (1, 8, 16, 32), 1 if quick else 5)
+    section("churn", churn.churn, 100 if quick else 1000, 25 if quick else 250)
     section("node", node.node_figures, 5 if quick else 20)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
     return out
@@ -81,7 +85,7 @@ def table(r: dict[str, Any]) -> str:
         "| figure | driver | floor | ratio | target |",
         "|---|---|---|---|---|",
     ]
-    for k in r["kinds"]:
+    for k in r.get("kinds", []):
         f, kind = k["floor"], k["kind"]
         virtual = kind != "host-device"  # the latency targets are stated for virtual kinds
 
@@ -118,55 +122,62 @@ def table(r: dict[str, Any]) -> str:
             f"{hp['prepare']['p50_ms']:.2f} / {hp['unprepare_on_host']['p50_ms']:.2f} | "
             f"{f['link_create']['p50_ms']:.2f} / {fd['p50_ms']:.2f} | | |"
         )
-    veth_delete = next(k for k in r["kinds"] if k["kind"] == "veth")["floor"]["link_delete"]
-    by = {b["claims"]: b for b in r["batches"]}
-    for b in r["batches"]:
+    if "kinds" in r and "batches" in r:
+        veth_delete = next(k for k in r["kinds"] if k["kind"] == "veth")["floor"]["link_delete"]
+        by = {b["claims"]: b for b in r["batches"]}
+        for b in r["batches"]:
+            lines.append(
+                f"| batch of {b['claims']}: prepare total / per claim (ms) | "
+                f"{b['prepare_total_ms']:.0f} / {b['prepare_per_claim_ms']:.2f} | | | |"
+            )
+            lines.append(
+                f"| batch of {b['claims']}: unprepare on host total / per claim (ms) | "
+                f"{b['unprepare_total_ms']:.0f} / {b['unprepare_per_claim_ms']:.2f} | "
+                f"{b['claims'] * veth_delete['p50_ms']:.0f} (deletions in a row) | "
+                f"{b['unprepare_total_ms'] / (b['claims'] * veth_delete['p50_ms']):.2f}x | |"
+            )
+        if 128 in by and 8 in by:
+            flat = by[128]["prepare_per_claim_ms"] / by[8]["prepare_per_claim_ms"]
+            lines.append(
+                f"| 128 claims in one call, per-claim cost 128 vs 8 | "
+                f"{by[128]['prepare_total_ms'] / 1e3:.2f} s, {flat:.2f}x | | | <= 1.5 s, "
+                f"flat: {_ok(by[128]['prepare_total_ms'] <= 1500 and flat <= 1.25)} |"
+            )
+    if "restart" in r:
+        rs = r["restart"]
         lines.append(
-            f"| batch of {b['claims']}: prepare total / per claim (ms) | "
-            f"{b['prepare_total_ms']:.0f} / {b['prepare_per_claim_ms']:.2f} | | | |"
+            f"| restart with {rs['records']} records: to GetInfo / first prepare (s) | "
+            f"{rs['to_registration_s']:.2f} / {rs['to_first_prepare_s']:.2f} | | | "
+            f"<= 2 s: {_ok(rs['to_registration_s'] <= 2)} |"
+        )
+    if "startup" in r:
+        st = r["startup"]
+        lines.append(f"| start-up, exec to registration socket (s) | {st['median_s']:.2f} | | | |")
+    if "publishing" in r:
+        for p in r["publishing"]:
+            lines.append(
+                f"| slice for {p['devices']} devices: build / first publish / unchanged "
+                f"check (ms), bytes | {p['build_ms']:.1f} / {p['first_publish_ms']:.1f} / "
+                f"{p['unchanged_check_ms']:.1f}, {p['bytes']} B in {p['slices']} slice(s) | "
+                f"| | |"
+            )
+    if "memory" in r:
+        mem = r["memory"]
+        lines.append(
+            f"| RSS idle / with 128 claims / after {mem['cycles']} cycles (MB) | "
+            f"{mem['idle_mb']:.1f} / {mem['with_128_mb']:.1f} / {mem['after_cycles_mb']:.1f}"
+            f" | | | idle <= 55: {_ok(mem['idle_mb'] <= 55)} |"
         )
         lines.append(
-            f"| batch of {b['claims']}: unprepare on host total / per claim (ms) | "
-            f"{b['unprepare_total_ms']:.0f} / {b['unprepare_per_claim_ms']:.2f} | "
-            f"{b['claims'] * veth_delete['p50_ms']:.0f} (deletions in a row) | "
-            f"{b['unprepare_total_ms'] / (b['claims'] * veth_delete['p50_ms']):.2f}x | |"
+            f"| RSS growth from cycle 1000 to the last (MB) | "
+            f"{mem['growth_after_first_1000_mb']:+.1f} (from idle: "
+            f"{mem['growth_from_idle_mb']:+.1f}) | | | <= 2: "
+            f"{_ok(mem['growth_after_first_1000_mb'] <= 2)} from cycle 1000, "
+            f"{_ok(mem['growth_from_idle_mb'] <= 2)} from idle |"
         )
-    if 128 in by and 8 in by:
-        flat = by[128]["prepare_per_claim_ms"] / by[8]["prepare_per_claim_ms"]
-        lines.append(
-            f"| 128 claims in one call, per-claim cost 128 vs 8 | "
-            f"{by[128]['prepare_total_ms'] / 1e3:.2f} s, {flat:.2f}x | | | <= 1.5 s, "
-            f"flat: {_ok(by[128]['prepare_total_ms'] <= 1500 and flat <= 1.25)} |"
-        )
-    rs = r["restart"]
-    lines.append(
-        f"| restart with {rs['records']} records: to GetInfo / first prepare (s) | "
-        f"{rs['to_registration_s']:.2f} / {rs['to_first_prepare_s']:.2f} | | | "
-        f"<= 2 s: {_ok(rs['to_registration_s'] <= 2)} |"
-    )
-    st = r["startup"]
-    lines.append(f"| start-up, exec to registration socket (s) | {st['median_s']:.2f} | | | |")
-    for p in r["publishing"]:
-        lines.append(
-            f"| slice for {p['devices']} devices: build / first publish / unchanged "
-            f"check (ms), bytes | {p['build_ms']:.1f} / {p['first_publish_ms']:.1f} / "
-            f"{p['unchanged_check_ms']:.1f}, {p['bytes']} B in {p['slices']} slice(s) | "
-            f"| | |"
-        )
-    mem = r["memory"]
-    lines.append(
-        f"| RSS idle / with 128 claims / after {mem['cycles']} cycles (MB) | "
-        f"{mem['idle_mb']:.1f} / {mem['with_128_mb']:.1f} / {mem['after_cycles_mb']:.1f}"
-        f" | | | idle <= 55: {_ok(mem['idle_mb'] <= 55)} |"
-    )
-    lines.append(
-        f"| RSS growth from cycle 1000 to the last (MB) | "
-        f"{mem['growth_after_first_1000_mb']:+.1f} (from idle: "
-        f"{mem['growth_from_idle_mb']:+.1f}) | | | <= 2: "
-        f"{_ok(mem['growth_after_first_1000_mb'] <= 2)} from cycle 1000, "
-        f"{_ok(mem['growth_from_idle_mb'] <= 2)} from idle |"
-    )
     lines += rtnl_rows(r)
+    lines += placement.rows(r.get("placement", []))
+    lines += churn.rows(r.get("churn"))
     lines += node_rows(r)
     total = sum(r["seconds"].values())
     lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
@@ -262,11 +273,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sample sizes (smoke run)")
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument(
+        "--only", action="append", default=[], help="run only this section (repeatable)"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces)", file=sys.stderr)
         return 2
-    results = run(args.quick)
+    results = run(args.quick, frozenset(args.only))
     args.output.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
     return 0

@@ -43,7 +43,7 @@ from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import linkreaper, netlink
 from dradriver.state import cdi, injection
 from dradriver.state.moves import moves_of
-from dradriver.state.records import PREPARED, PREPARING, ClaimRecord, DeviceRecord
+from dradriver.state.records import PREPARED, PREPARING, ClaimRecord, DeviceRecord, Encoded
 from dradriver.state.recordstore import RecordStore
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,9 @@ class ClaimLifecycle:
             ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id, injection=mode
         )
         if replacing is not None:
-            record.extra[_REPLACING] = json.loads(replacing.to_json())
+            # Encoded once: each device's journal write repeats it (a large claim's
+            # record is hundreds of kB).
+            record.extra[_REPLACING] = Encoded(replacing.to_json().decode().strip())
         done: list[tuple[Plan, Prepared]] = []
         try:
             for plan in plans:
@@ -153,8 +155,14 @@ class ClaimLifecycle:
 
         def journal(undo: Mapping[str, Any]) -> None:
             devices = [*record.devices, _device_record(plan, undo)]
+            # Only what a rollback needs: the devices' undo (and the record a repair
+            # replaces); the configs, moves and specs come with the commit. Each device
+            # writes the journal again, so a claim's cost would grow with its square.
+            journal = replace(
+                record, phase=PREPARING, devices=devices, configs={}, specs={}, moves={}
+            )
             with phase("journal"):
-                self.records.save(replace(record, phase=PREPARING, devices=devices), durable=False)
+                self.records.save(journal, durable=False)
             # (a journal of prepare_again keeps the record it replaces under _REPLACING)
 
         return journal

@@ -19,6 +19,7 @@ from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import (
     CDI,
+    NRI,
     ClaimRef,
     Device,
     DeviceRequest,
@@ -159,6 +160,29 @@ def refuse_sharing(resolved: resolution.ResolvedClaim, plans: Sequence[Plan]) ->
         f"request {movers[0]}: its device goes into one pod's network namespace, but "
         f"{len(resolved.pod_uids)} pods hold the claim ({pods}): a claim with a network "
         "interface serves one pod; give each pod its own claim (a ResourceClaimTemplate)"
+    )
+
+
+# Devices of one claim a RunPodSandbox moves into the pod (NRI mode). Each move waits
+# for the kernel (an RCU barrier: ~17 ms here, more on a busy node), and the runtime
+# gives the whole event 1.5 s, of which the lock may take 0.6 s: 16 devices take 0.35 s
+# idle and 0.42 s when the claim is prepared again for a new sandbox (make bench,
+# placement; docs/performance.md), which leaves room for a node 2x slower.
+MAX_POD_DEVICES = 16
+
+
+def refuse_oversized(resolved: resolution.ResolvedClaim, plans: Sequence[Plan]) -> None:
+    """Refuse an NRI claim with more devices going into the pod than a sandbox event can
+    move within the runtime's budget."""
+    movers = [p.req.request for p in plans if p.validated.into_pod and p.req.injection == NRI]
+    if len(movers) <= MAX_POD_DEVICES:
+        return
+    raise ClaimError(
+        f"request {movers[MAX_POD_DEVICES]}: {len(movers)} of the claim's devices go into "
+        f"the pod's network namespace (spec.devices.requests); at most {MAX_POD_DEVICES} "
+        "can be moved within the 1.5 s the container runtime gives the driver per pod "
+        "sandbox (NRI injection mode), which moves every device of the pod's claims: "
+        "give the pod fewer devices"
     )
 
 

@@ -33,7 +33,7 @@ from dradriver.claims import resolution
 from dradriver.claims.budget import DEFAULT_CALL_BUDGET, CallGate, Deadline
 from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Fetched
 from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
-from dradriver.claims.plan import Planner, refuse_sharing, reserve_names
+from dradriver.claims.plan import Planner, refuse_oversized, refuse_sharing, reserve_names
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import CDI, ClaimRef, HandlerContext
@@ -242,6 +242,7 @@ class Preparer:
             if not plans:
                 return []  # no device of ours in this claim: nothing to do, nothing to record
             refuse_sharing(resolved, plans)
+            refuse_oversized(resolved, plans)
             uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
             self._reserve(ref, resolved.pod_uids, uses, taken)
         record = self.lifecycle.commit(ref, plans, resolved.pod_uids)

@@ -108,8 +108,11 @@ class PodSandboxes:
         self.lock_wait = lock_wait
         self.sync_lock_wait = sync_lock_wait
         self._guard = threading.Lock()
-        self._ended: set[str] = set()  # sandboxes stopped or removed since the last sync
-        self._started: set[str] = set()  # sandboxes run since the last sync (not listed)
+        # While a background pass works on a snapshot (and only then: a node's pods come
+        # and go for months between two Synchronizes), the sandboxes the runtime
+        # stopped or removed, and ran, since that snapshot.
+        self._ended: set[str] = set()
+        self._started: set[str] = set()
         self._pending: list[Sandbox] | None = None  # the newest sync snapshot, not done yet
         self._worker: threading.Thread | None = None
         self.synced = threading.Event()  # a background pass finished (tests, start-up)
@@ -119,20 +122,17 @@ class PodSandboxes:
 
     def run_pod_sandbox(self, pod: Sandbox) -> None:
         """Move the pod's interfaces into its sandbox's namespace."""
-        with self._guard:
-            self._started.add(pod.id)
+        self._note(self._started, pod.id)
         self._event("RunPodSandbox", pod, self._run, self.lock_wait)
 
     def stop_pod_sandbox(self, pod: Sandbox) -> None:
         """Give physical interfaces back to the host; the sandbox's placements are spent."""
-        with self._guard:
-            self._ended.add(pod.id)
+        self._note(self._ended, pod.id)
         self._event("StopPodSandbox", pod, self._stop, self.lock_wait)
 
     def remove_pod_sandbox(self, pod: Sandbox) -> None:
         """Forget the sandbox: its placements are spent."""
-        with self._guard:
-            self._ended.add(pod.id)
+        self._note(self._ended, pod.id)
         self._event("RemovePodSandbox", pod, self._remove, self.lock_wait)
 
     def create_container(self, pod: Sandbox, container: NewContainer) -> None:
@@ -150,6 +150,12 @@ class PodSandboxes:
             self.synced.clear()
             self._worker = threading.Thread(target=self._sync_loop, name="nri-sync", daemon=True)
             self._worker.start()
+
+    def _note(self, seen: set[str], sandbox: str) -> None:
+        """Remember a sandbox's event for the background pass, if one is under way."""
+        with self._guard:
+            if self._worker is not None and self._worker.is_alive():
+                seen.add(sandbox)
 
     # -- one event ----------------------------------------------------------------------
 
@@ -332,7 +338,10 @@ class PodSandboxes:
         while True:
             with self._guard:
                 pods, self._pending = self._pending, None
-                if pods is None:
+                if pods is None:  # done: nothing needs the sandboxes seen meanwhile
+                    self._ended.clear()
+                    self._started.clear()
+                    self._worker = None
                     self.synced.set()
                     return
             try:

@@ -182,6 +182,11 @@ def _network_data(nd: NetworkData | None) -> dict[str, Any] | None:
     }
 
 
+class Encoded(str):
+    """A value of `ClaimRecord.extra` already in JSON, written as it is: a large value
+    that every write of a journal repeats is encoded once, not at every write."""
+
+
 @dataclass
 class ClaimRecord:
     """Everything the driver knows about one prepared (or preparing) claim.
@@ -239,7 +244,12 @@ class ClaimRecord:
         }
         # One line: without `indent` json uses its C encoder (several times faster, and
         # a record is written twice per prepare); `jq . <file>` reads it as well.
-        return json.dumps(doc, sort_keys=True).encode() + b"\n"
+        encoded = {k: doc.pop(k) for k in list(doc) if isinstance(doc[k], Encoded)}
+        text = json.dumps(doc, sort_keys=True)
+        if encoded:  # spliced in as they are (doc is never empty: it ends with "}")
+            text = text[:-1] + "".join(f", {json.dumps(k)}: {v}" for k, v in encoded.items())
+            text += "}"
+        return text.encode() + b"\n"
 
     @classmethod
     def from_json(cls, data: bytes) -> ClaimRecord:

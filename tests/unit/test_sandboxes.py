@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from dradriver.base.errors import ClaimError, DriverError
-from dradriver.claims.plan import Plan, refuse_sharing
+from dradriver.claims.plan import MAX_POD_DEVICES, Plan, refuse_sharing
 from dradriver.claims.prepare import Preparer
 from dradriver.claims.resolution import ResolvedClaim
 from dradriver.contract.hookspecs import CDI, NRI, ClaimRef, Validated
@@ -28,6 +28,7 @@ from dradriver.nri.proto import api_pb2
 from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.state.moves import IN, SPENT
 from tests.support import nriruntime as stand_in
+from tests.support.fakeapi import allocated_claim, opaque
 from tests.support.fakekernel import Crash, FakeLink, restore
 from tests.support.statenode import KINDS as PLAIN_KINDS
 from tests.support.statenode import POD, UID, Node, claim_object
@@ -183,6 +184,24 @@ def test_sysctls_of_another_interface_or_unknown_keys_are_refused(node):
     assert outcome.error is not None
     assert '$.netdev.sysctls["net.ipv4.conf.eth0.rp_filter"]: names interface eth0' in outcome.error
     assert '$.netdev.sysctls["net.ipv4.conf.net1.no_such_key"]: this node has no' in outcome.error
+
+
+def test_a_claim_with_more_devices_than_a_sandbox_event_can_move_is_refused(node):
+    results, config = [], []
+    for k in range(MAX_POD_DEVICES + 1):
+        results.append({"request": f"nic{k}", "pool": "node-a", "device": "netdev-virtual",
+                        "shareID": f"5a0c6f5e-0000-4000-8000-{k:012d}"})  # fmt: skip
+        netdev = {"kind": "veth", "interfaceName": f"net{k}"}
+        config.append(opaque({"type": "netdev", "netdev": netdev}, requests=[f"nic{k}"]))
+    node.api.fake.add_claim(allocated_claim("c", results, uid=UID, config=config, pods=[POD]))
+    outcome = _preparer(node).prepare([REF])[UID]
+    assert outcome.error is not None
+    assert f"request nic{MAX_POD_DEVICES}: {MAX_POD_DEVICES + 1} of the claim's devices" in (
+        outcome.error
+    )
+    assert f"at most {MAX_POD_DEVICES} can be moved within the 1.5 s" in outcome.error
+    assert node.files() == []
+    assert _preparer(node, CDI).prepare([REF])[UID].error is None  # the runtime moves them
 
 
 def test_a_gateway_off_the_interfaces_networks_is_refused(node):
@@ -677,13 +696,38 @@ def test_a_sandbox_run_after_the_synchronize_snapshot_is_not_taken_for_gone(node
     _prepare(preparer)
     node.kernel.add_namespace(NETNS)
     sandboxes = _sandboxes(preparer)
-    sandboxes.synced.set()
+    release = threading.Event()
+    forget = sandboxes._forget_gone
+
+    def held(live: Any) -> None:  # the pass, held until the sandbox was run
+        assert release.wait(5)
+        forget(live)
+
+    sandboxes._forget_gone = held  # type: ignore[method-assign]
     sandboxes.synchronize([])  # an empty node, a moment ago ...
-    sandboxes.run_pod_sandbox(_pod())  # ... then a pod's sandbox
+    sandboxes.run_pod_sandbox(_pod())  # ... then a pod's sandbox, while the pass runs
+    release.set()
     assert sandboxes.synced.wait(5)
-    sandboxes.reconcile([])  # (the pass, done once more with that snapshot)
     assert {w["state"] for w in _record(node).placement.values()} == {IN}
     _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_nothing_per_sandbox_is_kept_once_no_pass_needs_it(node):
+    """A node's pods come and go for months between two Synchronizes: the sandboxes
+    seen during a background pass are forgotten when it ends, and none is kept
+    without one."""
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    sandboxes.synchronize([])
+    assert sandboxes.synced.wait(5)
+    for n, netns in enumerate((NETNS, NETNS2)):
+        node.kernel.add_namespace(netns)
+        sandboxes.run_pod_sandbox(_pod(f"s{n}", netns))
+        _teardown(node, sandboxes, _pod(f"s{n}", netns))
+        assert (sandboxes._started, sandboxes._ended, sandboxes._pending) == (set(), set(), None)
     assert preparer.unprepare([REF])[UID].error is None
 
 
