@@ -43,7 +43,7 @@ from dradriver.claims.budget import CallGate, Deadline
 from dradriver.claims.lifecycle import ClaimLifecycle
 from dradriver.contract.hookspecs import NRI
 from dradriver.kernel import netlink
-from dradriver.nrimode import placing
+from dradriver.nrimode import gone, placing
 from dradriver.nrimode.containers import ContainerCheck, NewContainer
 from dradriver.state.moves import (
     IN,
@@ -385,49 +385,9 @@ class PodSandboxes:
 
     def _forget_gone(self, live: dict[str, Sandbox]) -> None:
         """Placements in sandboxes the runtime no longer has are spent."""
-        for uid in self.records.claim_uids():
-            if self.gate.draining:
-                return
-            try:
-                record = self.records.load(uid)
-            except DriverError:
-                continue  # reported where its claim is used
-            if record is None or record.injection != NRI:
-                continue
+
+        def known() -> set[str]:
             with self._guard:
-                known = set(live) | self._started
-            gone = [
-                k
-                for k, where in record.placement.items()
-                if where.get("state") != SPENT and where.get("sandbox") not in known
-            ]
-            if not gone:
-                continue
-            with self.gate.call():
-                if self.gate.acquire(Deadline.after(self.sync_lock_wait)) is not None:
-                    continue
-                try:
-                    with self._guard:  # again: a sandbox may have been run meanwhile
-                        known = set(live) | self._started
-                    fresh = self.records.load(record.claim.uid)
-                    if fresh is None or fresh.phase != PREPARED:
-                        continue
-                    for key in gone:
-                        where = fresh.placement.get(key)
-                        if (
-                            where
-                            and where.get("sandbox") not in known
-                            and where.get("state") != SPENT
-                        ):
-                            fresh.placement[key] = {**where, "state": SPENT}
-                    self.records.save(fresh)
-                except (DriverError, OSError) as exc:
-                    event(
-                        log,
-                        logging.ERROR,
-                        "cannot update a record",
-                        claim=record.claim.uid,
-                        error=exc,
-                    )
-                finally:
-                    self.gate.release()
+                return set(live) | self._started
+
+        gone.spend_gone(self.records, self.gate, known, self.sync_lock_wait)
