@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from dradriver.admission import fragment, merged
+from dradriver.admission import fragment, ifrules, merged
 from dradriver.admission.cel import IGNORED, Translator, lit
 from dradriver.admission.schema import types_of
 from dradriver.contract.config import ConfigSchema
@@ -41,12 +41,14 @@ class Generated:
 
 def build(config_schema: ConfigSchema, driver: str) -> Generated:
     """The two policies and their bindings for the opaque configs of `driver`."""
-    tr = Translator()
+    tr = Translator(rules={ifrules.KEYWORD: ifrules.alone})
     types = types_of(config_schema.schema)
     for t in types:
         for kind, spec in t.kinds.items():
             tr.warnings += [
-                f"{t.name}/{kind}: {kw} is not checked" for kw in spec.rest if kw not in IGNORED
+                f"{t.name}/{kind}: {kw} is not checked"
+                for kw in spec.rest
+                if kw not in IGNORED and kw not in tr.rules
             ]
     one = f"{driver}-opaque-config"
     each = f"{driver}-opaque-config-merged"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -129,11 +129,18 @@ def plain(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+# A keyword of an object's schema written by hand in CEL: (value, its properties' schemas,
+# path) -> CEL list(string) of its problems (dradriver/admission/ifrules.py).
+ObjectRule = Callable[[str, Mapping[str, Any], str], str]
+
+
 @dataclass
 class Translator:
-    """Translates schema fragments; collects what it could not translate."""
+    """Translates schema fragments; collects what it could not translate. `rules`: the
+    keywords of object schemas that hand-written CEL checks."""
 
     warnings: list[str] = field(default_factory=list)
+    rules: Mapping[str, ObjectRule] = field(default_factory=dict)
     _names: Any = field(default_factory=lambda: count(1))
 
     def var(self) -> str:
@@ -154,7 +161,8 @@ class Translator:
         declared = schema.get("type")
         types = [declared] if isinstance(declared, str) else list(declared or [])
         self.warnings += [
-            f"{where}: keyword {kw} is not checked" for kw in schema.keys() - TRANSLATED
+            f"{where}: keyword {kw} is not checked"
+            for kw in schema.keys() - TRANSLATED - self.rules.keys()
         ]
         parts = [p for p in (self._enum(v, schema, path), self._const(v, schema, path)) if p]
         for group, test_type, build in (
@@ -313,6 +321,7 @@ class Translator:
         extra = schema.get("additionalProperties", True)
         if isinstance(extra, Mapping):
             parts.append(self._values(v, list(props), extra, path, where))
+        parts += [rule(v, props, path) for kw, rule in self.rules.items() if kw in schema]
         body = concat([p for p in parts if p != "[]"])
         if "maxProperties" in schema:
             n = int(schema["maxProperties"])
@@ -381,23 +390,22 @@ DESTINATION_HINT = "must be a network with a prefix length, e.g. 10.20.0.0/16 or
 GATEWAY_HINT = "must be an address without a prefix length, e.g. 10.20.0.1 or fe80::1"
 
 
-def _cidr(v: str, invalid: str) -> str:
-    """CEL for the `cidr` format: Kubernetes' isCIDR, then what dradriver.contract.iprules' rule 1
-    says of the address (canonical spelling, never a special range, not the network,
-    subnet-router or IPv4 broadcast address of its own prefix)."""
+def _cidr_checks(v: str) -> list[tuple[str, str]]:
+    """(condition, reason): what dradriver.contract.iprules' rule 1 refuses of a string
+    Kubernetes' isCIDR accepts (canonical spelling, never a special range, not the
+    network, subnet-router or IPv4 broadcast address of its own prefix)."""
     c = f"cidr({v})"
     # (isCIDR already refuses IPv4-mapped IPv6, and cidr() will not even parse that range)
     specials = lit([str(net) for net, _ in iprules.NEVER if net != _MAPPED])
     wide = f"({c}.ip().family() == 4 ? {c}.prefixLength() <= 30 : {c}.prefixLength() <= 126)"
     # CEL's IP library has no broadcast address: the host part of the IPv4 address, as an
     # integer from the (canonical, by then) dotted quad, must not be all ones.
-    n = "int(o[0]) * 16777216 + int(o[1]) * 65536 + int(o[2]) * 256 + int(o[3])"
-    host_size = f"{lit([2**k for k in range(33)])}[32 - {c}.prefixLength()]"
+    quad = f"{v}.split('/')[0]"
     broadcast = (
         f"{c}.ip().family() == 4 && {c}.prefixLength() <= 30 && "
-        f"[{v}.split('/')[0].split('.')].all(o, ({n} + 1) % {host_size} == 0)"
+        f"{is_last(quad, c + '.prefixLength()')}"
     )
-    checks = [
+    return [
         (f"string({c}) != {v}", "must be written in canonical form (lower-case, shortest)"),
         (f"{c}.prefixLength() == 0", "a prefix length of 0 would make every address on-link"),
         (
@@ -411,8 +419,20 @@ def _cidr(v: str, invalid: str) -> str:
         ),
         (broadcast, "is the broadcast address of its own prefix"),
     ]
+
+
+def is_last(quad: str, prefix: str) -> str:
+    """CEL: whether dotted quad `quad` (canonical) is the last address (all host bits
+    set) of a network of prefix length `prefix`."""
+    n = "int(o[0]) * 16777216 + int(o[1]) * 65536 + int(o[2]) * 256 + int(o[3])"
+    host_size = f"{lit([2**k for k in range(33)])}[32 - {prefix}]"
+    return f"[{quad}.split('.')].all(o, ({n} + 1) % {host_size} == 0)"
+
+
+def _cidr(v: str, invalid: str) -> str:
+    """CEL for the `cidr` format: Kubernetes' isCIDR, then iprules' rule 1."""
     body = "[]"
-    for cond, reason in reversed(checks):
+    for cond, reason in reversed(_cidr_checks(v)):
         body = f"{cond} ? [{invalid} + {lit(reason)}] : {body}"
     return f"!isCIDR({v}) ? [{invalid} + {lit(CIDR_HINT)}] : ({body})"
 

@@ -22,6 +22,7 @@ CONFIGS = (
     "object.?spec.?spec.?devices.?config.orValue([]) :\n"
     "object.?spec.?devices.?config.orValue([])"
 )
+RULED = 16  # configs of one object whose hand-written rules are checked, at most
 PREFIX = (
     "request.kind.kind == 'DeviceClass' ? 'spec.config' :\n"
     "request.kind.kind == 'ResourceClaimTemplate' ? 'spec.spec.devices.config' :\n"
@@ -64,14 +65,29 @@ def variables(
     ]
     names = ["top"]
     for t in types:
+        path = f"c.path + {lit('.' + t.name)}"
         name = f"type{len(names)}"
         names.append(name)
-        body = type_issues(tr, t, "o", f"c.path + {lit('.' + t.name)}")
+        body = type_issues(tr, t, "o", path)
         out.append(
             (
                 name,
                 f"variables.ours.map(c, type(c.p) == map && {lit(t.name)} in c.p ?\n"
                 f"[c.p[{lit(t.name)}]].map(o,\n{body})[0].join('; ') : '')",
+            )
+        )
+        rules = rule_issues(tr, t, "o", path)
+        if rules == "[]":
+            continue
+        name = f"rules{len(names)}"
+        names.append(name)
+        # Their own variable, for their own cost limit; past RULED configs, the node's.
+        out.append(
+            (
+                name,
+                f"variables.ours.transformList(i, c, i < {RULED} && type(c.p) == map && "
+                f"{lit(t.name)} in c.p && type(c.p[{lit(t.name)}]) == map ?\n"
+                f"[c.p[{lit(t.name)}]].map(o,\n{rules})[0].join('; ') : '')",
             )
         )
     per_config = ", ".join(f"string(variables.{n}[i])" for n in names)
@@ -120,6 +136,21 @@ def type_issues(tr: Translator, t: TypeSpec, o: str, path: str) -> str:
             f"{lit(f' fields, more than any {t.name} kind has')}] :\n{body}"
         )
     return f"type({o}) != map ? [{path} + ': must be an object'] :\n{body}"
+
+
+def rule_issues(tr: Translator, t: TypeSpec, o: str, path: str) -> str:
+    """CEL list(string): what the hand-written rules of `t`'s kinds (Translator.rules)
+    find in type object `o` (a map) written by one config."""
+    parts = []
+    for keyword, rule in tr.rules.items():
+        having = [k for k, spec in t.kinds.items() if keyword in spec.rest]
+        if having:
+            check = rule(o, t.kinds[having[0]].properties, path)
+            if len(having) < len(t.kinds):
+                named = f"('kind' in {o} && {o}.kind in {lit(having)})"
+                check = when(named, check)
+            parts.append(check)
+    return concat(parts)
 
 
 def field_issues(tr: Translator, t: TypeSpec, o: str, path: str, name: str, named: str) -> str:

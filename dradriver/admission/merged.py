@@ -17,6 +17,7 @@ per-config policy and the node rather than risk its cost limit.
 
 from __future__ import annotations
 
+from dradriver.admission import ifrules
 from dradriver.admission.cel import Translator, concat, key_path, key_set, lit
 from dradriver.admission.fragment import ours
 from dradriver.admission.schema import TypeSpec
@@ -31,6 +32,7 @@ USES_CLASS = (
     "r.?firstAvailable.orValue([]).exists(s, "
     "s.?deviceClassName.orValue('') == params.metadata.name))"
 )
+RULED = 16  # (request, config) pairs whose merge the interface rules check, at most
 MAX_PAIRS = 1024  # (request or subrequest of the class, config of ours) pairs checked at most
 FRAGMENT = (
     "{{'path': dyn({path}),\n 'p': dyn(c.opaque.?parameters.orValue({{}})),\n"
@@ -90,20 +92,31 @@ def variables(tr: Translator, types: list[TypeSpec], driver: str) -> list[tuple[
             f"variables.targets.map(ts, size(ts)).sum() * size(variables.fragments) <= {MAX_PAIRS}",
         )
     )
+    out.append(
+        (
+            "ruled",
+            "variables.bounded && "
+            f"variables.targets.map(ts, size(ts)).sum() * size(variables.fragments) <= {RULED}",
+        )
+    )
     names: list[str] = []
     for t in types:
-        body = type_issues(tr, t)
-        if body is None:
-            continue
-        name = f"type{len(names) + 1}"
-        names.append(name)
-        out.append(
-            (
-                name,
-                "!variables.bounded ? [] :\n"
-                f"variables.targets.map(ts, ts.map(t,\n{body}).filter(s, s != '').join('; '))",
+        for prefix, body in (("type", type_issues(tr, t)), ("rules", rule_issues(t))):
+            if body is None:
+                continue
+            # The rules have a variable of their own, for their own cost limit, and a
+            # tighter bound: past RULED requests, the node's.
+            bound = "variables.bounded" if prefix == "type" else "variables.ruled"
+            name = f"{prefix}{len(names) + 1}"
+            names.append(name)
+            none = "[]" if prefix == "type" else "variables.targets.map(ts, '')"
+            out.append(
+                (
+                    name,
+                    f"!{bound} ? {none} :\n"
+                    f"variables.targets.map(ts, ts.map(t,\n{body}).filter(s, s != '').join('; '))",
+                )
             )
-        )
     per_request = ", ".join(f"string(variables.{n}[i])" for n in names)
     out.append(
         (
@@ -158,14 +171,38 @@ def type_issues(tr: Translator, t: TypeSpec) -> str | None:
             "vs[size(vs) - 1].path == last.path ? [] :\n"
             f"[vs[size(vs) - 1]].map(lv, ({switch}).map(m, m + {context}))[0])[0]"
         )
-    applies = "(size(c.requests) == 0 || t.name in c.requests || t.base in c.requests)"
-    fragments = (
-        f"variables.fragments.filter(c, type(c.p) == map && {name} in c.p && "
-        f"type(c.p[{name}]) == map && {applies})"
-    )
     return (
-        f"[{fragments}].map(fs,\n"
+        f"[{_fragments(t)}].map(fs,\n"
         f"[fs.filter(c, 'kind' in c.p[{name}])].map(ks, size(ks) == 0 ? '' :\n"
         f"[ks[size(ks) - 1]].map(last, [last.p[{name}].kind].map(k, !(k in {lit(kinds)}) ? '' :\n"
         f"({concat(parts)}).join('; '))[0])[0])[0])[0]"
+    )
+
+
+def _fragments(t: TypeSpec) -> str:
+    """CEL: the fragments that apply to target `t` and write a type object of `t`."""
+    name = lit(t.name)
+    applies = "(size(c.requests) == 0 || t.name in c.requests || t.base in c.requests)"
+    return (
+        f"variables.fragments.filter(c, type(c.p) == map && {name} in c.p && "
+        f"type(c.p[{name}]) == map && {applies})"
+    )
+
+
+def rule_issues(t: TypeSpec) -> str | None:
+    """CEL string: what the merge of target `t`'s fragments breaks of the interfaceRules
+    of type `t`'s kinds (None: no kind has them)."""
+    having = {k: s for k, s in t.kinds.items() if ifrules.KEYWORD in s.rest}
+    if not having:
+        return None
+    reach = [k for k, s in having.items() if not s.rest[ifrules.KEYWORD].get("keepsAddresses")]
+    context = "' (request ' + t.name + ' at ' + t.path + ')'"
+    name = lit(t.name)
+    kind = f"(size(ks) == 0 ? '' : ks[size(ks) - 1].p[{name}].kind)"
+    props = next(iter(having.values())).properties
+    check = ifrules.merged("fs", t.name, kind, props, reach, context)
+    applies = "true" if len(having) == len(t.kinds) else f"{kind} in {lit(list(having))}"
+    return (
+        f"[{_fragments(t)}].map(fs, [fs.filter(c, 'kind' in c.p[{name}])].map(ks, "
+        f"{applies} ? ({check}).join('; ') : '')[0])[0]"
     )

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import iprules, patterns
+from dradriver.contract import ifrules, iprules, patterns
 from dradriver.contract.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.contract.registry import HandlerRegistry
 
@@ -60,6 +60,19 @@ def _pattern(
         yield ValidationError(f"{_brief(instance)} does not match {pattern!r}")
 
 
+def _interface_rules(
+    validator: Any, value: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """The `interfaceRules` keyword: what one interface's values say of each other
+    (dradriver.contract.ifrules), each issue at the field it names."""
+    if not validator.is_type(instance, "object"):
+        return
+    name = ((schema.get("properties") or {}).get("interfaceName") or {}).get("default")
+    keeps = bool(value.get("keepsAddresses"))
+    for path, message in ifrules.config_issues(instance, name, keeps):
+        yield ValidationError(message, path=path)
+
+
 def _is_integer(_checker: object, instance: object) -> bool:
     """A JSON integer that fits in 64 bits (what the API server reads as one): not 1.0."""
     return (
@@ -73,7 +86,7 @@ def _is_integer(_checker: object, instance: object) -> bool:
 # it, and integers as the API server reads them.
 Validator = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
-    validators={"pattern": _pattern},
+    validators={"pattern": _pattern, ifrules.KEYWORD: _interface_rules},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
 

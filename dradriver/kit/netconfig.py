@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dradriver.base.errors import ConfigError
+from dradriver.contract import ifrules
 from dradriver.contract.hookspecs import (
     NEEDS_NRI,
     NRI,
@@ -61,8 +62,8 @@ MAX_IPS = 16  # status.devices.networkData.ips holds at most 16
 MAX_ROUTES = 32
 MAX_SYSCTLS = 32
 # net.ipv4.conf.<interface>.<key> (or ipv6): a per-interface setting of the claim's own
-# interface; the interface part is checked against interfaceName on the node.
-SYSCTL_NAME_PATTERN = r"^net\.ipv[46]\.conf\.[!-$&-.0-9;-~]{1,15}\.[a-z0-9_]{1,64}$"
+# interface; the interface part is checked against interfaceName (interfaceRules).
+SYSCTL_NAME_PATTERN = ifrules.SYSCTL_NAME_PATTERN
 SYSCTL_VALUE_PATTERN = r"^[ -~]*$"
 ROUTE: dict[str, Any] = {
     "type": "object",
@@ -99,7 +100,7 @@ SYSCTLS: dict[str, Any] = {
     "type": "object",
     "propertyNames": {
         "pattern": SYSCTL_NAME_PATTERN,
-        "maxLength": 100,
+        "maxLength": ifrules.SYSCTL_NAME_MAX,
         "description": "net.ipv4.conf.<interfaceName>.<key> or net.ipv6.conf.<interfaceName>"
         ".<key>, a setting of this interface only",
     },
@@ -164,9 +165,14 @@ PARENT = {
 
 
 def schema(
-    extra: Mapping[str, Any], required: Sequence[str] = (), drop: Sequence[str] = ()
+    extra: Mapping[str, Any],
+    required: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    keeps_addresses: bool = False,
 ) -> dict[str, Any]:
-    """A kind's schema: the common fields (minus `drop`) plus `extra`, nothing else."""
+    """A kind's schema: the common fields (minus `drop`) plus `extra`, nothing else, and
+    the rules its values obey together (`keeps_addresses`: a host NIC's link keeps
+    addresses of its own, which only the node knows)."""
     properties = {k: v for k, v in COMMON_PROPERTIES.items() if k not in drop}
     properties.update(extra)
     out: dict[str, Any] = {
@@ -174,6 +180,7 @@ def schema(
         "properties": properties,
         "required": list(required),
         "additionalProperties": False,
+        ifrules.KEYWORD: {"keepsAddresses": keeps_addresses},
     }
     return out
 
@@ -255,7 +262,7 @@ def checked(
         if refused:
             raise ConfigError.many(refused)
     issues = podsettings.route_issues(cfg.routes, cfg.ips, path, kept)
-    issues += podsettings.sysctl_issues(cfg.sysctls, cfg.interface_name, cfg.ips, path)
+    issues += podsettings.sysctl_issues(cfg.sysctls, cfg.interface_name, path, cfg.ips)
     if issues:
         raise ConfigError.many(issues)
     return cfg

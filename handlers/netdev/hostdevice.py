@@ -63,7 +63,7 @@ class HostDeviceHandler:
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields plus hostDevice (must name the allocated interface)."""
-        return netconfig.schema({"hostDevice": netconfig.PARENT})
+        return netconfig.schema({"hostDevice": netconfig.PARENT}, keeps_addresses=True)
 
     def _ifname(self, req: DeviceRequest) -> str:
         device = req.published

@@ -128,7 +128,8 @@ class SriovVfHandler:
                 "vlan": {"type": "integer", "minimum": 0, "maximum": 4094},
                 "trust": {"type": "boolean"},
                 "spoofchk": {"type": "boolean"},
-            }
+            },
+            keeps_addresses=True,
         )
 
     def _vf(self, req: DeviceRequest) -> tuple[str, int, str]:

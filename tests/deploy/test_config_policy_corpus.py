@@ -247,11 +247,11 @@ def test_the_policy_gives_the_drivers_verdict_on_every_prefix_length(k8scheck):
 
 
 def _big_claim(
-    kind: str, params: dict[str, Any], requests: int, subrequests: int
+    kind: str, params: dict[str, Any], requests: int, subrequests: int, configs: int = 32
 ) -> dict[str, Any]:
     """32 configs (the API's limit) with `params`, and `requests` requests of
     `subrequests` subrequests each (1: an `exactly` request), all of virtual-network."""
-    obj = cc.claim("big", [params] * 32, kind=kind)
+    obj = cc.claim("big", [params] * configs, kind=kind)
     devices = (
         obj["spec"]["spec"]["devices"]
         if kind == "ResourceClaimTemplate"
@@ -289,6 +289,21 @@ def _heaviest() -> list[tuple[str, dict[str, Any]]]:
         },
     }
     no_parent = cc.nd(kind="macvlan", interfaceName="n1", mtu=1500)
+    # Every list of the interface rules at its longest: 16 addresses, 32 routes (the last
+    # two alike, the last through a gateway on no network), 32 sysctls of another interface.
+    full = cc.nd(
+        kind="veth",
+        interfaceName="n1",
+        ipAddresses=[f"192.0.2.{i + 1}/28" for i in range(8)]
+        + [f"2001:db8::{i + 1}/64" for i in range(8)],
+        routes=[
+            {"destination": f"203.0.{i}.0/24", "gateway": "192.0.2.14", "metric": i}
+            for i in range(31)
+        ]
+        + [{"destination": "203.0.30.0/24", "gateway": "2001:db8:2::1", "metric": 30}],
+        sysctls={f"net.ipv6.conf.n2.k{i}": "2147483647" for i in range(31)}
+        | {"net.ipv6.conf.n1.disable_ipv6": 1},
+    )
     return [
         ("long values, 256 subrequests", _big_claim("ResourceClaim", long, 32, 8)),
         ("long values, template", _big_claim("ResourceClaimTemplate", long, 32, 8)),
@@ -298,6 +313,9 @@ def _heaviest() -> list[tuple[str, dict[str, Any]]]:
         ),
         ("merge: 32 requests x 32 configs", _big_claim("ResourceClaim", no_parent, 32, 1)),
         ("merge: 4 x 8 subrequests x 32 configs", _big_claim("ResourceClaim", no_parent, 4, 8)),
+        ("interface rules: 32 requests x 32 configs", _big_claim("ResourceClaim", full, 32, 1)),
+        ("interface rules: 1 request x 16 configs", _big_claim("ResourceClaim", full, 1, 1, 16)),
+        ("interface rules: 4 x 8 subrequests", _big_claim("ResourceClaim", full, 4, 8)),
     ]
 
 

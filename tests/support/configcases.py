@@ -332,6 +332,163 @@ def _bad_routes_and_sysctls() -> Iterator[Case]:
     )
 
 
+def _interface_rules() -> Iterator[Case]:
+    """What an interface's values say of each other (dradriver.contract.ifrules): refused at
+    admission. What one config decides alone is refused in a DeviceClass too; what needs
+    the merge (a gateway against the addresses, a sysctl against the name) is a claim's
+    config over a class of its own, so the class alone shows nothing."""
+    v4, v6 = ["192.0.2.7/24"], ["2001:db8::7/64"]
+    for name, ips in [
+        ("one address, two prefix lengths", ["192.0.2.7/24", "192.0.2.7/32"]),
+        ("one IPv6 address, two prefix lengths", ["2001:db8::7/64", "2001:db8::7/128"]),
+        ("one address, /31 and /30", ["192.0.2.9/31", "10.0.0.2/24", "192.0.2.9/30"]),
+    ]:
+        at = len(ips) - 1
+        yield Case(name, (nd(kind="veth", ipAddresses=ips),), (f"[0].netdev.ipAddresses[{at}]",))
+    for name, routes, at in [
+        ("a default route without a metric (the pod's own is at metric 0)",
+         [{"destination": "0.0.0.0/0", "gateway": "192.0.2.1"}], "routes[0].metric"),
+        ("an IPv4 default route at metric 1024",
+         [{"destination": "0.0.0.0/0", "gateway": "192.0.2.1", "metric": 1024}],
+         "routes[0].metric"),
+        ("an IPv6 default route without a metric (the kernel's 1024)",
+         [{"destination": "::/0", "gateway": "fe80::1"}], "routes[0].metric"),
+        ("an IPv6 default route at metric 0 (read as 1024)",
+         [{"destination": "::/0", "gateway": "fe80::1", "metric": 0}], "routes[0].metric"),
+        ("two routes to one destination at one metric",
+         [{"destination": "203.0.113.0/24", "gateway": "192.0.2.1"},
+          {"destination": "203.0.113.0/24", "gateway": "192.0.2.2", "metric": 0}],
+         "routes[1]"),
+        ("two IPv6 routes at metric 0 and none (both 1024)",
+         [{"destination": "2001:db8:1::/48", "metric": 0},
+          {"destination": "192.0.2.0/25"},
+          {"destination": "2001:db8:1::/48"}], "routes[2]"),
+        ("an IPv4 gateway for an IPv6 destination",
+         [{"destination": "2001:db8:1::/48", "gateway": "192.0.2.1"}], "routes[0].gateway"),
+        ("an IPv6 gateway for an IPv4 destination",
+         [{"destination": "203.0.113.0/24", "gateway": "fe80::1"}], "routes[0].gateway"),
+    ]:  # fmt: skip
+        yield Case(
+            name, (nd(kind="veth", ipAddresses=v4 + v6, routes=routes),), (f"[0].netdev.{at}",)
+        )
+    for name, key in [
+        ("a sysctl of every interface (all)", "net.ipv4.conf.all.rp_filter"),
+        ("a sysctl of new interfaces (default)", "net.ipv6.conf.default.accept_ra"),
+        ("a sysctl of the pod's eth0", "net.ipv4.conf.eth0.rp_filter"),
+    ]:
+        yield Case(name, (nd(kind="veth", sysctls={key: 1}),), (f'[0].netdev.sysctls["{key}"]',))
+    for value in ("abc", "", "0x10", "+1", " 1", "1.0", 2**31, -(2**31) - 1, "2147483648",
+                  "99999999999"):  # fmt: skip
+        yield Case(
+            f"sysctl value {value!r}",
+            (nd(kind="veth", sysctls={"net.ipv4.conf.eth1.rp_filter": value}),),
+            ('[0].netdev.sysctls["net.ipv4.conf.eth1.rp_filter"]',),
+        )
+    veth = nd(kind="veth", ipAddresses=v4 + v6)
+    for name, gateway, destination in [
+        ("a gateway that is the network's broadcast address", "192.0.2.255", "203.0.113.0/24"),
+        ("a gateway that is the network's network address", "192.0.2.0", "203.0.113.0/24"),
+        ("a gateway that is the interface's own address", "192.0.2.7", "203.0.113.0/24"),
+        ("an IPv6 gateway that is the interface's own address", "2001:db8::7", "2001:db8:1::/48"),
+        ("a gateway on no network of the interface", "198.51.100.1", "203.0.113.0/24"),
+        ("an IPv6 gateway on no network of the interface", "2001:db8:1::1", "2001:db8:2::/48"),
+    ]:
+        yield Case(
+            name,
+            (nd(routes=[{"destination": "198.51.100.0/24"},
+                        {"destination": destination, "gateway": gateway}]),),
+            ("[0].netdev.routes[1].gateway",),
+            class_configs=(veth,),
+        )  # fmt: skip
+    for name, ips, gateway in [
+        ("a gateway beside a /32 address", ["192.0.2.7/32"], "192.0.2.8"),
+        ("a gateway beside a /128 address", ["2001:db8::7/128"], "2001:db8::8"),
+        ("a gateway on the network of an address in bad form", ["2001:DB8::7/64"], "2001:db8::1"),
+    ]:
+        yield Case(
+            name,
+            (nd(kind="veth", ipAddresses=ips,
+                routes=[{"destination": "2001:db8:1::/48" if ":" in gateway else
+                         "203.0.113.0/24", "gateway": gateway}]),),
+            ("[0].netdev.routes[0].gateway",) + (("[0].netdev.ipAddresses[0]",) if "D" in ips[0]
+                                                 else ()),
+            class_configs=(),
+        )  # fmt: skip
+    yield Case(
+        "a sysctl of another interface than the claim's",
+        (nd(sysctls={"net.ipv4.conf.eth1.rp_filter": 2}),),
+        ('[0].netdev.sysctls["net.ipv4.conf.eth1.rp_filter"]',),
+        class_configs=(nd(kind="veth", interfaceName="n1"),),
+    )
+    yield Case(
+        "a class's sysctl of net1 where no config names the interface (eth1)",
+        (nd(mtu=1500),),
+        ('class[0].netdev.sysctls["net.ipv4.conf.net1.rp_filter"]',),
+        class_configs=(nd(kind="veth", sysctls={"net.ipv4.conf.net1.rp_filter": 2}),),
+    )
+    yield Case(
+        "IPv6 turned off with an IPv6 address",
+        (nd(sysctls={"net.ipv6.conf.n1.disable_ipv6": "1"}),),
+        ('[0].netdev.sysctls["net.ipv6.conf.n1.disable_ipv6"]',),
+        class_configs=(nd(kind="veth", interfaceName="n1", ipAddresses=v4 + v6),),
+    )
+    yield Case(
+        "IPv6 turned off by the class, an IPv6 address from the claim",
+        (nd(ipAddresses=["2001:db8::7/64"]),),
+        ('class[0].netdev.sysctls["net.ipv6.conf.eth1.disable_ipv6"]',),
+        class_configs=(nd(kind="veth", sysctls={"net.ipv6.conf.eth1.disable_ipv6": 2}),),
+    )
+
+
+def _interface_rules_kept() -> Iterator[Case]:
+    """What the interface rules accept, where a wrong reading would refuse."""
+    yield Case(
+        "addresses alike as strings, not as addresses",
+        (nd(kind="veth", ipAddresses=["10.0.0.1/24", "10.0.0.10/24", "2001:db8::7/64",
+                                      "2001:db8::70/64", "2001:db8::7:0/64"]),),
+    )  # fmt: skip
+    yield Case(
+        "gateways on the interface's networks, IPv6 compressed and link-local",
+        (nd(kind="veth", ipAddresses=["192.0.2.6/31", "2001:db8::1:0:0:7/64", "10.0.0.1/8"],
+            routes=[{"destination": "0.0.0.0/0", "gateway": "192.0.2.7", "metric": 100},
+                    {"destination": "::/0", "gateway": "fe80::1", "metric": 1023},
+                    {"destination": "2001:db8:1::/48", "gateway": "2001:db8::1:0:0:1"},
+                    {"destination": "203.0.113.0/24", "gateway": "10.255.255.254"},
+                    {"destination": "203.0.113.0/24", "gateway": "10.0.0.2", "metric": 1},
+                    {"destination": "2001:db8:1::/48", "gateway": "fe80::2", "metric": 1025}]),),
+    )  # fmt: skip
+    yield Case(
+        "a host NIC keeps its own addresses: its gateway is the node's business",
+        (nd(kind="host-device", ipAddresses=["192.0.2.7/24"],
+            routes=[{"destination": "203.0.113.0/24", "gateway": "198.51.100.1"}]),),
+    )  # fmt: skip
+    yield Case(
+        "sysctls of the interface named by the class",
+        (nd(sysctls={"net.ipv4.conf.n1.rp_filter": 2, "net.ipv6.conf.n1.stable_secret": "x"}),),
+        class_configs=(nd(kind="veth", interfaceName="n1"),),
+    )
+    yield Case(
+        "sysctl values at the ends of 32 bits",
+        (nd(kind="veth", sysctls={"net.ipv4.conf.eth1.rp_filter": "2147483647",
+                                  "net.ipv4.conf.eth1.arp_ignore": -(2**31),
+                                  "net.ipv4.conf.eth1.forwarding": "-2147483648",
+                                  "net.ipv4.conf.eth1.arp_announce": "0000000000002"}),),
+    )  # fmt: skip
+    yield Case(
+        "IPv6 turned off by the class, on again by the claim",
+        (nd(sysctls={"net.ipv6.conf.eth1.disable_ipv6": "0"}),),
+        class_configs=(
+            nd(kind="veth", ipAddresses=["2001:db8::7/64"],
+               sysctls={"net.ipv6.conf.eth1.disable_ipv6": 1}),
+        ),
+    )  # fmt: skip
+    yield Case(
+        "IPv6 turned off without an IPv6 address",
+        (nd(kind="veth", ipAddresses=["192.0.2.7/24"],
+            sysctls={"net.ipv6.conf.eth1.disable_ipv6": 1}),),
+    )  # fmt: skip
+
+
 def _good() -> Iterator[Case]:
     yield Case("empty parameters", ({},))
     yield Case("type alone", ({"type": "netdev"},))
@@ -439,38 +596,6 @@ def _node_only() -> Iterator[Case]:
         node=("[0].netdev.ipAddresses[0]",),
     )
     yield Case(
-        "one address, two prefix lengths",
-        (nd(kind="veth", ipAddresses=["192.0.2.7/24", "192.0.2.7/32"]),),
-        node=("[0].netdev.ipAddresses[1]",),
-    )
-    yield Case(
-        "a default route without a metric (the pod's own is at metric 0)",
-        (nd(kind="veth", ipAddresses=["192.0.2.7/24"],
-            routes=[{"destination": "0.0.0.0/0", "gateway": "192.0.2.1"}]),),
-        node=("[0].netdev.routes[0].metric",),
-    )  # fmt: skip
-    yield Case(
-        "two routes to one destination at one metric",
-        (nd(kind="veth", ipAddresses=["192.0.2.7/24"], routes=[
-            {"destination": "203.0.113.0/24", "gateway": "192.0.2.1"},
-            {"destination": "203.0.113.0/24", "gateway": "192.0.2.2", "metric": 0}]),),
-        node=("[0].netdev.routes[1]",),
-    )  # fmt: skip
-    yield Case(
-        "a gateway that is the network's broadcast address",
-        (nd(kind="veth", ipAddresses=["192.0.2.7/24"],
-            routes=[{"destination": "203.0.113.0/24", "gateway": "192.0.2.255"}]),),
-        node=("[0].netdev.routes[0].gateway",),
-    )  # fmt: skip
-    yield Case(
-        "sysctl values the kernel does not take, IPv6 off with an IPv6 address",
-        (nd(kind="veth", interfaceName="n1", ipAddresses=["2001:db8::7/64"], sysctls={
-            "net.ipv4.conf.n1.rp_filter": "abc",
-            "net.ipv6.conf.n1.disable_ipv6": 1}),),
-        node=('[0].netdev.sysctls["net.ipv4.conf.n1.rp_filter"]',
-              '[0].netdev.sysctls["net.ipv6.conf.n1.disable_ipv6"]'),
-    )  # fmt: skip
-    yield Case(
         "IPv6 below MTU 1280",
         (nd(kind="veth", mtu=1279, ipAddresses=["2001:db8::7/64"]),),
         node=("[0].netdev.ipAddresses[0]",),
@@ -479,7 +604,15 @@ def _node_only() -> Iterator[Case]:
 
 def cases() -> list[Case]:
     """Every case of the table."""
-    out = [*_bad_values(), *_bad_shapes(), *_bad_routes_and_sysctls(), *_good(), *_node_only()]
+    out = [
+        *_bad_values(),
+        *_bad_shapes(),
+        *_bad_routes_and_sysctls(),
+        *_interface_rules(),
+        *_good(),
+        *_interface_rules_kept(),
+        *_node_only(),
+    ]
     names = [c.name for c in out]
     assert len(names) == len(set(names)), "case names must be unique"
     return out
