@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate-config", help="validate opaque config parameters")
     validate.add_argument("file", help="YAML or JSON file with the parameters object, or -")
     validate.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
+    _global_macs_flag(validate)
     validate.set_defaults(func=_validate)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the opaque config")
@@ -64,8 +65,27 @@ def _parser() -> argparse.ArgumentParser:
         help="print the admission policies that refuse bad opaque configs at apply time",
     )
     policy.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
+    _global_macs_flag(policy)
     policy.set_defaults(func=_admission_policy)
     return parser
+
+
+def _global_macs_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--macvlan-global-macs",
+        default="",
+        help="comma-separated globally administered MACs a macvlan claim may set, as the "
+        "driver's flag of that name allows them",
+    )
+
+
+def _config_schema(args: argparse.Namespace) -> ConfigSchema:
+    """The config schema for --driver-name and --macvlan-global-macs."""
+    entries = [m for m in str(args.macvlan_global_macs).split(",") if m.strip()]
+    try:
+        return ConfigSchema(HandlerRegistry(), args.driver_name, entries)
+    except ValueError as exc:
+        raise SystemExit(f"--macvlan-global-macs: {exc}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -120,7 +140,7 @@ def _validate(args: argparse.Namespace) -> int:
     except (RecursionError, ValueError) as exc:  # nesting or an integer beyond the parser
         print(f"{args.file}: $: cannot be read: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    schema = ConfigSchema(HandlerRegistry(), args.driver_name)
+    schema = _config_schema(args)
     try:
         resolved = schema.resolve(parameters, None)
     except DriverError as exc:
@@ -140,7 +160,7 @@ def _schema(args: argparse.Namespace) -> int:
 def _admission_policy(args: argparse.Namespace) -> int:
     from dradriver import admission  # noqa: PLC0415 - only this command needs it
 
-    generated = admission.build(ConfigSchema(HandlerRegistry(), args.driver_name), args.driver_name)
+    generated = admission.build(_config_schema(args), args.driver_name)
     for warning in generated.warnings:
         print(f"dra-driver: not checked by the policy: {warning}", file=sys.stderr)
     print(admission.render(generated, admission.header(args.driver_name)), end="")

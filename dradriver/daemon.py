@@ -100,7 +100,7 @@ def run(settings: Settings) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     registry = HandlerRegistry()
-    schema = ConfigSchema(registry, settings.driver_name)
+    schema = ConfigSchema(registry, settings.driver_name, settings.macvlan_global_macs)
     api = KubeApi(settings.kubeconfig)
     context = context_of(settings, api.server)
     records = RecordStore(settings.state_dir)

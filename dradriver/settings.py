@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dradriver.contract import iprules, naming
+from dradriver.contract import iprules, macs, naming
 from dradriver.state import injection
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
@@ -41,6 +41,7 @@ class Settings:
     virtual_parents: tuple[str, ...] = field(default_factory=tuple)
     sriov_pfs: tuple[str, ...] = field(default_factory=tuple)
     claim_address_ranges: tuple[str, ...] = field(default_factory=tuple)
+    macvlan_global_macs: tuple[str, ...] = field(default_factory=tuple)
     dev_root: Path = Path("/dev")
     log_level: str = "info"
     injection: str = injection.AUTO
@@ -106,6 +107,13 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "",
         "comma-separated networks (CIDR) claims may take ipAddresses from (default none: "
         "claims may not set addresses)",
+    )
+    flag(
+        "--macvlan-global-macs",
+        "macvlan_global_macs",
+        "",
+        "comma-separated globally administered MAC addresses a macvlan claim may set "
+        "(default none: locally administered addresses only)",
     )
     flag("--dev-root", "dev_root", "/dev", "where device nodes live (RDMA character devices)")
     if not run:
@@ -204,6 +212,10 @@ def from_args(args: argparse.Namespace) -> Settings:
         iprules.parse_ranges(ranges)
     except ValueError as exc:
         raise SystemExit(f"--claim-address-ranges: {exc}") from None
+    try:
+        global_macs = macs.allowed_global(_split(args.macvlan_global_macs))
+    except ValueError as exc:
+        raise SystemExit(f"--macvlan-global-macs: {exc}") from None
     values: dict[str, object] = {
         "node_name": args.node_name,
         "driver_name": args.driver_name,
@@ -213,6 +225,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         "virtual_parents": _split(args.virtual_parents),
         "sriov_pfs": _split(args.sriov_pfs),
         "claim_address_ranges": ranges,
+        "macvlan_global_macs": global_macs,
         "dev_root": Path(args.dev_root),
     }
     if hasattr(args, "cdi_dir"):

@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from dradriver.admission.cel import lit
+from dradriver.contract.macs import LOCAL_MAC_PATTERN
 from dradriver.state.atomicfile import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +50,11 @@ YAML_NAME = "XHELMYAMLDRIVERX"
 FAILURE = "XHELMFAILUREPOLICYX"
 ACTIONS = "XHELMVALIDATIONACTIONSX"
 LABELS = "XHELMLABELSX"
+# The pattern of a macvlan's MAC, which settings.macvlanGlobalMacs extends as
+# --macvlan-global-macs does (dradriver.contract.macs.local_or).
+MAC_PATTERN = "XHELMMACPATTERNX"
 ACTIONS_OF_TOKENS = {
+    MAC_PATTERN: "{{ $celMacPattern }}",
     CEL_NAME: "{{ $celDriver }}",
     YAML_NAME: "{{ $yamlDriver }}",
     FAILURE: "{{ .Values.configPolicy.failurePolicy }}",
@@ -66,6 +72,7 @@ installs the operator's policies instead.
 {{- if and .Values.configPolicy.enabled (not .Values.configPolicy.generated) }}
 {{- $celDriver := include "dra-driver.celStringContent" .Values.driverName }}
 {{- $yamlDriver := include "dra-driver.yamlQuotedContent" .Values.driverName }}
+{{- $celMacPattern := include "dra-driver.macvlanMacPattern" . }}
 # Admission policies that refuse, when they are created, the ResourceClaims,
 # ResourceClaimTemplates and DeviceClasses whose opaque config for {{ $yamlDriver }}
 # the driver would refuse (docs/deployment.md, "Opaque config at admission"). Generated from the
@@ -148,9 +155,12 @@ def _mark(node: Any, path: tuple[str, ...]) -> Any:
     if isinstance(node, str):
         if _has_token(node):
             raise TemplateError(f"{where}: the generator wrote a stand-in of this script")
+        cel = bool(path) and path[-1] in CEL_FIELDS
+        if cel and lit(LOCAL_MAC_PATTERN) in node:
+            node = _Block(node.replace(lit(LOCAL_MAC_PATTERN), f"'{MAC_PATTERN}'"))
         if PLACEHOLDER not in node:
             return node
-        if path and path[-1] in CEL_FIELDS:
+        if cel:
             check_in_cel_literals(node, where)
             return _Block(node.replace(PLACEHOLDER, CEL_NAME))
         return _Quoted(node.replace(PLACEHOLDER, YAML_NAME))

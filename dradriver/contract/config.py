@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import ifrules, iprules, patterns
+from dradriver.contract import ifrules, iprules, macs, patterns
 from dradriver.contract.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.contract.registry import HandlerRegistry
 
@@ -103,10 +103,16 @@ class ResolvedConfig:
 class ConfigSchema:
     """Validates opaque parameters against the schema of every registered handler."""
 
-    def __init__(self, registry: HandlerRegistry, driver_name: str) -> None:
-        """Assemble the schema from the handlers' fragments."""
+    def __init__(
+        self, registry: HandlerRegistry, driver_name: str, global_macs: Sequence[str] = ()
+    ) -> None:
+        """Assemble the schema from the handlers' fragments; `global_macs`: the globally
+        administered MACs the operator allows where a locally administered one is asked
+        (contract.macs; ValueError for an entry that is not a unicast MAC)."""
         self.registry = registry
-        self.schema = _build_schema(registry, driver_name)
+        self.schema = _with_pattern(
+            _build_schema(registry, driver_name), macs.LOCAL_MAC_PATTERN, macs.local_or(global_macs)
+        )
         self._validator = Validator(self.schema, format_checker=FORMATS)
         # Claims made from one template carry one config: validating it again (~0.3 ms
         # of a prepare) finds what it found before. Keyed by the config's canonical JSON.
@@ -169,6 +175,18 @@ class ConfigSchema:
     def dumps(self) -> str:
         """The schema as indented JSON (what `dra-driver schema` prints)."""
         return json.dumps(self.schema, indent=2, sort_keys=True)
+
+
+def _with_pattern(node: Any, old: str, new: str) -> Any:
+    """A copy of schema `node` with every `pattern` `old` made `new`."""
+    if isinstance(node, Mapping):
+        out = {k: _with_pattern(v, old, new) for k, v in node.items()}
+        if out.get("pattern") == old:
+            out["pattern"] = new
+        return out
+    if isinstance(node, list):
+        return [_with_pattern(v, old, new) for v in node]
+    return node
 
 
 def _build_schema(registry: HandlerRegistry, driver_name: str) -> dict[str, Any]:

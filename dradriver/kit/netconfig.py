@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import ifrules
+from dradriver.contract import ifrules, macs
 from dradriver.contract.hookspecs import (
     NEEDS_NRI,
     NRI,
@@ -43,18 +43,16 @@ RESERVED_INTERFACE_NAMES = ["lo", "eth0", *RESERVED_HOST_NAMES]
 # A unicast Ethernet address the kernel accepts (is_valid_ether_addr): the group bit
 # (lowest bit of the first octet) clear, and not all zeros.
 ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f][02468AaCcEe](:[0-9A-Fa-f]{2}){5}$"
-# A locally administered unicast address (the second-lowest bit of the first octet set):
-# one no network card was given, so it cannot be a neighbour's on the LAN.
-LOCAL_MAC_PATTERN = r"^[0-9A-Fa-f][26AaEe](:[0-9A-Fa-f]{2}){5}$"
+LOCAL_MAC_PATTERN = macs.LOCAL_MAC_PATTERN
 LOCAL_MAC: dict[str, Any] = {
     "type": "string",
-    "pattern": LOCAL_MAC_PATTERN,
+    "pattern": LOCAL_MAC_PATTERN,  # extended with the operator's list (contract.macs)
     "maxLength": 17,
     "description": "a locally administered unicast address aa:bb:cc:dd:ee:ff (the second "
-    "hex digit 2, 6, a or e): the link shares the node's LAN, where any other address may "
-    "be a neighbour's (the gateway's)",
+    "hex digit 2, 6, a or e), or one the operator allows (--macvlan-global-macs): the link "
+    "shares the node's LAN, where any other address may be a neighbour's (the gateway's)",
 }
-ZERO_MAC = "00:00:00:00:00:00"
+ZERO_MAC = macs.ZERO_MAC
 # Canonical CIDR spelling (lower-case hex, decimal prefix length); the `cidr` format
 # (dradriver.contract.iprules) checks the rest: a real address, and not of a special range.
 CIDR_PATTERN = r"^[0-9a-f.:]+/[0-9]{1,3}$"

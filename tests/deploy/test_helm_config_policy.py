@@ -31,6 +31,7 @@ from tests.deploy.support import (
     deployed_classes,
     gen_manifests,
     generated_objects,
+    run_driver,
     run_k8scheck,
 )
 from tests.deploy.test_config_policy import _table
@@ -118,6 +119,43 @@ def _parts(messages: list[str]) -> list[tuple[str, list[str]]]:
         lead, problems = (m[:at], m[at:]) if at >= 0 else (m, "")
         out.append((lead, sorted(problems.split("; "))))
     return out
+
+
+def test_macvlan_global_macs_reach_the_policies_as_the_driver_takes_them(helm, k8scheck, tmp_path):
+    """settings.macvlanGlobalMacs: the policies are `dra-driver admission-policy
+    --macvlan-global-macs`'s, the listed MAC is accepted in any case and no other global
+    one; without the list it is refused, as the driver and `validate-config` do."""
+    listed = "00:1B:21:AA:BB:CC"
+    text = gen.render(
+        helm, "--set", "settings.macvlanGlobalMacs={" + listed + ",00:50:56:00:00:01}"
+    )
+    policies = config_policies(text)
+    res = run_driver("admission-policy", "--driver-name", DRIVER, "--macvlan-global-macs",
+                     f"{listed},00:50:56:00:00:01")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    wanted = [d for d in yaml.safe_load_all(res.stdout) if d]
+    assert policies == as_installed(wanted, labels("dra-driver"))
+    default = config_policies(gen.render(helm))
+    macs = [listed.lower(), "00:1b:21:aa:bb:cd", "02:00:00:00:00:07"]
+    claims = [claim_for(DRIVER, [cc.nd(kind="macvlan", parent="eth0", macAddress=m)]) for m in macs]
+    cases = [admission_request(c, deployed_classes()) for c in claims]
+    got = run_k8scheck(k8scheck, "vap", policy_file(tmp_path, policies), cases=cases)
+    before = run_k8scheck(k8scheck, "vap", policy_file(tmp_path, default), cases=cases)
+    assert [g["allowed"] for g in got] == [True, False, True], got
+    assert [b["allowed"] for b in before] == [False, False, True], before
+    assert all(not g["errors"] for g in got + before)
+    field = "spec.devices.config[0].opaque.parameters.netdev.macAddress:"
+    assert field in " ".join(got[1]["messages"]) and field in " ".join(before[0]["messages"])
+    for mac, allowed in zip(macs, [True, False, True], strict=True):
+        path = tmp_path / f"{mac.replace(':', '')}.yaml"
+        path.write_text(json.dumps(_macvlan_params(mac)))
+        res = run_driver("validate-config", "--macvlan-global-macs", listed, str(path))
+        assert (res.returncode == 0) == allowed, res.stderr
+
+
+def _macvlan_params(mac: str) -> dict[str, Any]:
+    netdev = {"kind": "macvlan", "parent": "eth0", "interfaceName": "net1", "macAddress": mac}
+    return {"type": "netdev", "netdev": netdev}
 
 
 @pytest.mark.parametrize(
@@ -253,6 +291,8 @@ def refused(helm: Path, tmp_path: Path, generated: str, *sets: str) -> str:
         ("configPolicy.validationActions={Block}", "/configPolicy/validationActions/0"),
         ("configPolicy.validationActions=null", "/configPolicy"),
         ("configPolicy.enable=false", "additional properties 'enable' not allowed"),
+        ("settings.macvlanGlobalMacs={01:00:5e:00:00:01}", "/settings/macvlanGlobalMacs/0"),
+        ("settings.macvlanGlobalMacs={00:00:00:00:00:00}", "/settings/macvlanGlobalMacs/0"),
     ],
 )
 def test_bad_values_fail_naming_the_value(helm, value, message):

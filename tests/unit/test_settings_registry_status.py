@@ -196,6 +196,16 @@ def test_claim_address_ranges_from_flag_or_environment_and_checked(monkeypatch):
         _parse(["--node-name", "../n"], {}, monkeypatch)
 
 
+def test_macvlan_global_macs_from_flag_or_environment_and_checked(monkeypatch):
+    env = {"DRA_MACVLAN_GLOBAL_MACS": "00:1B:21:AA:BB:CC, 00:50:56:00:00:01"}
+    s = _parse(["--node-name", "n"], env, monkeypatch)
+    assert s.macvlan_global_macs == ("00:1b:21:aa:bb:cc", "00:50:56:00:00:01")
+    monkeypatch.delenv("DRA_MACVLAN_GLOBAL_MACS")
+    assert _parse(["--node-name", "n"], {}, monkeypatch).macvlan_global_macs == ()
+    with pytest.raises(SystemExit, match="--macvlan-global-macs: '01:00:5e:00:00:01' is not a"):
+        _parse(["--node-name", "n", "--macvlan-global-macs", "01:00:5e:00:00:01"], {}, monkeypatch)
+
+
 def test_claim_names_are_checked_and_escaped_before_any_request():
     from dradriver.apiserver.kubeapi import ApiError, KubeApi, segment
     from dradriver.apiserver.kubeconfig import ApiConfig

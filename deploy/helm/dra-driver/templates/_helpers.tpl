@@ -47,6 +47,23 @@ virtualParents (--virtual-parents) is DRA_VIRTUAL_PARENTS (dradriver/settings.py
 DRA_{{ . | snakecase | upper }}
 {{- end -}}
 
+{{/* The pattern of a macvlan's macAddress in the config policies: a locally administered
+address, or one of settings.macvlanGlobalMacs in any case, as the driver's
+--macvlan-global-macs makes it (dradriver/contract/macs.py local_or; values.schema.json
+checks each entry's form). Only hex digits, colons and pattern syntax: no CEL escaping. */}}
+{{- define "dra-driver.macvlanMacPattern" -}}
+{{- $local := "[0-9A-Fa-f][26AaEe](:[0-9A-Fa-f]{2}){5}" -}}
+{{- $macs := list -}}
+{{- range .Values.settings.macvlanGlobalMacs -}}
+{{- $macs = append $macs (lower (trim .)) -}}
+{{- end -}}
+{{- if $macs -}}
+^(?:{{ $local }}|(?i:{{ join "|" (uniq $macs) }}))$
+{{- else -}}
+^{{ $local }}$
+{{- end -}}
+{{- end -}}
+
 {{/* A string as the content of a single-quoted CEL string literal, escaped as
 dradriver/admission/cel.py's lit() escapes it (the config policies are its output). */}}
 {{- define "dra-driver.celStringContent" -}}
