@@ -49,7 +49,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
-	network-check restart logs debug clean unit unit-unprivileged test test-faults lint proto rtnl-fixtures config-policy \
+	network-check restart logs debug clean image test-image unit unit-unprivileged test test-faults lint proto rtnl-fixtures config-policy \
 	test-kernel e2e \
 	bench helm manifests helm-lint helm-install helm-uninstall node-build demo demo-down test-node
 
@@ -90,6 +90,9 @@ cluster: check-dummy ## create the kind cluster (control plane + 2 workers) from
 
 build: ## build the driver image (IMAGE, default dra-driver:dev)
 	$(DOCKER) build -t $(IMAGE) .
+
+image: ## build the driver image without Docker (buildah, a Debian base) into .cache/image/ (root)
+	IMAGE=$(IMAGE) hack/build-image.sh
 
 load: ## load the driver image into the kind nodes
 	$(KIND) load docker-image $(IMAGE) --name $(CLUSTER)

@@ -17,7 +17,7 @@ TARGETS = [
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
     *("test", "test-faults", "lint", "proto", "config-policy", "test-kernel", "e2e", "bench"),
     *("helm", "manifests", "helm-lint", "helm-install", "helm-uninstall"),
-    *("node-build", "demo", "demo-down", "test-node"),
+    *("node-build", "demo", "demo-down", "test-node", "image"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
 NO_TOOLS = ["DOCKER=true", "KIND=true", "KUBECTL=true", "SKIP_DUMMY_CHECK=1"]
@@ -149,6 +149,8 @@ def test_all_runs_the_steps_in_order():
         ("demo", "-m localcluster demo up --workdir /tmp/dra-demo"),
         ("demo-down", "-m localcluster demo down --workdir /tmp/dra-demo"),
         ("test-node", "-m pytest tests/node"),
+        ("image", "IMAGE=dra-driver:dev hack/build-image.sh"),
+        ("build", "true build -t dra-driver:dev ."),
     ],
 )
 def test_target_commands(make_available, target, command):
