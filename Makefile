@@ -94,6 +94,9 @@ build: ## build the driver image (IMAGE, default dra-driver:dev)
 image: ## build the driver image without Docker (buildah, a Debian base) into .cache/image/ (root)
 	IMAGE=$(IMAGE) hack/build-image.sh
 
+test-image: image ## the image tier: opens the image's layers; nothing of this machine in them
+	DRA_IMAGE_REQUIRED=1 $(PYTHON) -m pytest tests/image
+
 load: ## load the driver image into the kind nodes
 	$(KIND) load docker-image $(IMAGE) --name $(CLUSTER)
 

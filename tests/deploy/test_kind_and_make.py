@@ -17,7 +17,7 @@ TARGETS = [
     *("network-test", "network-check", "restart", "logs", "debug", "clean"),
     *("test", "test-faults", "lint", "proto", "config-policy", "test-kernel", "e2e", "bench"),
     *("helm", "manifests", "helm-lint", "helm-install", "helm-uninstall"),
-    *("node-build", "demo", "demo-down", "test-node", "image"),
+    *("node-build", "demo", "demo-down", "test-node", "image", "test-image"),
 ]
 # Tools replaced by `true` so that `make -n` cannot reach a cluster or an engine.
 NO_TOOLS = ["DOCKER=true", "KIND=true", "KUBECTL=true", "SKIP_DUMMY_CHECK=1"]
@@ -150,6 +150,8 @@ def test_all_runs_the_steps_in_order():
         ("demo-down", "-m localcluster demo down --workdir /tmp/dra-demo"),
         ("test-node", "-m pytest tests/node"),
         ("image", "IMAGE=dra-driver:dev hack/build-image.sh"),
+        ("test-image", "hack/build-image.sh\nDRA_IMAGE_REQUIRED=1 "),
+        ("test-image", "-m pytest tests/image"),
         ("build", "true build -t dra-driver:dev ."),
     ],
 )
