@@ -107,15 +107,36 @@ export BUILDAH_ISOLATION=chroot
 # Temporary files and containers, removed on any exit; a failure leaves no archive.
 TMP="$(mktemp -d "$CACHE/.tmp.XXXXXX")"
 CONTAINER=""
+BUILT=""
 cleanup() {
     if [[ -n "$CONTAINER" ]]; then "${BUILDAH[@]}" rm "$CONTAINER" >/dev/null 2>&1 || true; fi
+    if [[ -n "$BUILT" ]]; then "${BUILDAH[@]}" rmi "$BUILT" >/dev/null 2>&1 || true; fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-bounded() { timeout --foreground "$STEP_TIMEOUT" "$@"; }
+# step NAME COMMAND...: run a step bounded by IMAGE_STEP_TIMEOUT, its output in
+# .cache/image/NAME.log; on failure say which step, why, and show the log's end.
+step() {
+    local name="$1" status=0
+    shift
+    timeout --foreground "$STEP_TIMEOUT" "$@" >"$CACHE/$name.log" 2>&1 || status=$?
+    [[ "$status" == 0 ]] && return 0
+    if [[ "$status" == 124 ]]; then
+        echo "build-image: [$name] took over ${STEP_TIMEOUT}s (IMAGE_STEP_TIMEOUT) and was stopped" >&2
+    else
+        echo "build-image: [$name] failed (exit $status); its last lines:" >&2
+        tail -n 25 "$CACHE/$name.log" | sed 's/^/    /' >&2
+        if grep -q CERTIFICATE_VERIFY_FAILED "$CACHE/$name.log"; then
+            echo "build-image: pip could not verify the package index's certificate: set" \
+                "IMAGE_BUILD_CA to a CA bundle that holds its CA (now: '${BUILD_CA}')" >&2
+        fi
+    fi
+    echo "build-image: the whole output is in $CACHE/$name.log; no archive was written" >&2
+    exit 1
+}
 
 # The base's key: what it is made of, not when (a rebuild a day later reuses it).
 if [[ -n "${PYTHON_IMAGE:-}" ]]; then
@@ -138,9 +159,10 @@ make_base() {
     CONTAINER="$("${BUILDAH[@]}" from scratch)"
     local mnt
     mnt="$("${BUILDAH[@]}" mount "$CONTAINER")"
-    # mmdebstrap writes a tar to stdout ('-'): no copy of the root filesystem on disk.
-    bounded mmdebstrap --quiet --variant=minbase --include="$(IFS=,; echo "${BASE_PACKAGES[*]}")" \
-        "${opts[@]}" "$SUITE" - "$MIRROR" | tar -x --numeric-owner -C "$mnt"
+    step base mmdebstrap --quiet --variant=minbase \
+        --include="$(IFS=,; echo "${BASE_PACKAGES[*]}")" "${opts[@]}" "$SUITE" "$TMP/base.tar" "$MIRROR"
+    tar -x --numeric-owner -f "$TMP/base.tar" -C "$mnt"
+    rm -f "$TMP/base.tar"
     local python
     python="$(chroot "$mnt" python3 --version)" || die "the base $BASE has no working python3"
     "${BUILDAH[@]}" umount "$CONTAINER" >/dev/null
@@ -208,16 +230,17 @@ BUILT="$NAME"
 # The base made here is never pulled; PYTHON_IMAGE is, when the storage lacks it.
 pull=never
 [[ -n "${PYTHON_IMAGE:-}" ]] && pull=false
-bud=(bud --quiet --force-rm --layers=false "--pull=$pull" --build-arg "PYTHON_IMAGE=$BASE"
+bud=(bud --force-rm --layers=false "--pull=$pull" --build-arg "PYTHON_IMAGE=$BASE"
     -f "$CONTEXT/Dockerfile" -t "$BUILT")
 [[ -n "$BUILD_CA" ]] && bud+=(-v "$BUILD_CA:/etc/ssl/certs/ca-certificates.crt:ro")
-bounded "${BUILDAH[@]}" "${bud[@]}" "$CONTEXT" >/dev/null
+step build "${BUILDAH[@]}" "${bud[@]}" "$CONTEXT"
 say "[build] done in $((SECONDS - t0))s"
 
 t0=$SECONDS
 PARTIAL="$TMP/image.tar"
-bounded "${BUILDAH[@]}" push --quiet "$BUILT" "docker-archive:$PARTIAL:$NAME"
+step export "${BUILDAH[@]}" push --quiet "$BUILT" "docker-archive:$PARTIAL:$NAME"
 "${BUILDAH[@]}" rmi "$BUILT" >/dev/null
+BUILT=""
 mv -f "$PARTIAL" "$ARCHIVE"
 publish
 say "[export] done in $((SECONDS - t0))s"
