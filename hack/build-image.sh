@@ -17,7 +17,8 @@
 #   hack/build-image.sh --packages    only check the Debian packages
 #
 # Environment:
-#   IMAGE=dra-driver:dev  the image's name and tag (docker.io/library/ is added)
+#   IMAGE=dra-driver:dev  the image's name and tag (docker.io/library/ is added to a
+#       name without a registry, as docker does)
 #   IMAGE_SUITE=trixie    the Debian release of the base (trixie: Python 3.13;
 #       bookworm: Python 3.11, the oldest the project supports)
 #   IMAGE_MIRROR=http://deb.debian.org/debian  where the base's packages come from
@@ -69,7 +70,7 @@ for arg in "$@"; do
         --force) FORCE=1 ;;
         --force-base) FORCE=1; FORCE_BASE=1 ;;
         --packages) ONLY_PACKAGES=1 ;;
-        -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-image: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -159,7 +160,8 @@ make_base() {
     CONTAINER="$("${BUILDAH[@]}" from scratch)"
     local mnt
     mnt="$("${BUILDAH[@]}" mount "$CONTAINER")"
-    step base mmdebstrap --quiet --variant=minbase \
+    # mmdebstrap's own temporary directory under $TMP too: removed whatever happens.
+    TMPDIR="$TMP" step base mmdebstrap --quiet --variant=minbase \
         --include="$(IFS=,; echo "${BASE_PACKAGES[*]}")" "${opts[@]}" "$SUITE" "$TMP/base.tar" "$MIRROR"
     tar -x --numeric-owner -f "$TMP/base.tar" -C "$mnt"
     rm -f "$TMP/base.tar"
@@ -190,12 +192,17 @@ KEY="$(
         echo "$IMAGE $BASE ${BUILD_CA:+ca}"
         (cd "$CONTEXT" && find . -type f -printf '%p %m\n' | LC_ALL=C sort)
         (cd "$CONTEXT" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
-        sha256sum "${BASH_SOURCE[0]}"
+        sha256sum < "${BASH_SOURCE[0]}"
         dpkg-query -W -f='${Version}\n' buildah
     } | sha256sum | cut -c1-16
 )"
 ARCHIVE="$CACHE/dra-driver-$KEY.tar"
-NAME="docker.io/library/$IMAGE"
+# The image's full name, as docker and containerd spell it.
+case "$IMAGE" in
+    localhost/*|*.*/*|*:*/*) NAME="$IMAGE" ;;
+    */*) NAME="docker.io/$IMAGE" ;;
+    *) NAME="docker.io/library/$IMAGE" ;;
+esac
 
 publish() {
     ln -sfn "$(basename "$ARCHIVE")" "$LINK"
