@@ -178,7 +178,7 @@ def test_without_the_policy_a_pod_added_to_a_prepared_claim_is_refused_at_its_co
         pytest.param(
             {**VETH, "sysctls": {"net.ipv4.conf.shr2.rp_filter": "abc"}},
             '$.netdev.sysctls["net.ipv4.conf.shr2.rp_filter"]',
-            "'abc' is not a number the kernel takes",
+            '"abc" is not a number the kernel takes',
             id="sysctl-not-a-number",
         ),
         pytest.param(
