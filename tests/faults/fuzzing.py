@@ -281,6 +281,7 @@ def addresses(draw: Any, path: str, bad_rate: int) -> tuple[list[Any], set[str],
     form: set[str] = set()
     node: set[str] = set()
     seen: set[str] = set()
+    good: set[str] = set()  # addresses of values the schema takes in form
     for i in range(size):
         pick = 0 if draw(st.integers(0, 9)) >= bad_rate else draw(st.integers(5, 9))
         where = f"{path}[{i}]"
@@ -303,12 +304,19 @@ def addresses(draw: Any, path: str, bad_rate: int) -> tuple[list[Any], set[str],
                 return values, form, node, False
             form.add(where)
         ip = _ip_of(value)
+        fine = where not in form
         if value in values:  # the same text twice: uniqueItems
             form.add(path)
-        elif ip is not None and ip in seen:  # the same address twice: refused on the node
-            node.add(where)
+        elif ip is not None and ip in good and fine:  # one address, two prefix lengths
+            form.add(where)
+        elif ip is not None and ip in seen:  # beside a bad value: the rules may not read it
+            form.discard(where)
+            node.discard(where)
+            return values, form, node, False
         if ip is not None:
             seen.add(ip)
+            if fine:
+                good.add(ip)
         values.append(value)
     if draw(st.integers(0, 19)) == 0 and values:  # the same text twice: uniqueItems
         values.append(values[0])
