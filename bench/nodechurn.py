@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -31,6 +32,7 @@ from tests.support.runtime import links_in
 NS = "churn"
 TEMPLATE = "veth"
 WAIT = 180.0  # per wave: create -> all Running, delete -> all gone
+WARM = 200  # pods after which the curve is read for a slope (threads started on demand)
 
 
 def _status_kb(pid: int, field: str) -> int:
@@ -150,13 +152,13 @@ def node_churn(pods: int, every: int = 100, wave: int = 10) -> dict[str, Any]:
 
 
 def growth_per_100(samples: list[dict[str, Any]], warm: int) -> float | None:
-    """kB per 100 pods from the sample at `warm` pods to the last (a straight line)."""
+    """kB per 100 pods from the sample at `warm` pods on: the least-squares slope (one
+    sample's allocator noise, tens of kB, moves two end points more than a line)."""
     after = [s for s in samples if s["pods"] >= warm]
-    if len(after) < 2 or after[-1]["pods"] == after[0]["pods"]:
+    if len(after) < 3:
         return None
-    kb: int = after[-1]["rss_kb"] - after[0]["rss_kb"]
-    pods: int = after[-1]["pods"] - after[0]["pods"]
-    return kb / pods * 100
+    fit = statistics.linear_regression([s["pods"] for s in after], [s["rss_kb"] for s in after])
+    return fit.slope * 100
 
 
 def rows(figures: dict[str, Any] | None) -> list[str]:
@@ -168,7 +170,7 @@ def rows(figures: dict[str, Any] | None) -> list[str]:
     samples = figures["samples"]
     at = "/".join(str(s["pods"]) for s in samples)
     curve = " / ".join(f"{s['rss_kb'] / 1024:.2f}" for s in samples)
-    warm = 200 if figures["pods"] >= 400 else 0
+    warm = WARM if figures["pods"] >= 2 * WARM else 0
     slope = growth_per_100(samples, warm)
     left = ", ".join(f"{k} {v}" for k, v in figures["leftovers"].items())
     return [
