@@ -26,6 +26,9 @@ HELM_ARGS ?=
 # The chart names its objects after the release (plus -dra-driver unless it has it).
 HELM_DAEMONSET = $(if $(findstring dra-driver,$(RELEASE)),$(RELEASE),$(RELEASE)-dra-driver)
 LOCAL_DIR ?= /tmp/dra-demo
+# Arguments of `make bench`, e.g. BENCH_ARGS='--only node-churn' (the real node's pod
+# churn runs only when named: a thousand pods take about eleven minutes).
+BENCH_ARGS ?=
 
 KCTL = $(KUBECTL) --context kind-$(CLUSTER)
 DRIVER_MANIFESTS = -f deploy/namespace.yaml -f deploy/driver.yaml -f deploy/resourceclass.yaml \
@@ -195,7 +198,7 @@ e2e: ## end-to-end tests against a real control plane built from source
 	hack/build-k8s.sh && hack/build-helm.sh && $(PYTHON) -m pytest tests/e2e
 
 bench: ## run the benchmarks (python -m bench); the node section needs `make node-build`
-	$(PYTHON) -m bench
+	$(PYTHON) -m bench $(BENCH_ARGS)
 
 node-build: ## build the local node: kubelet + control plane, containerd, runc, pause (cached)
 	hack/build-k8s.sh

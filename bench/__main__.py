@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import churn, latency, lifecycle, node, placement, publishing, rtnl
+from bench import churn, latency, lifecycle, node, nodechurn, placement, publishing, rtnl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,13 +44,17 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(quick: bool, only: frozenset[str] = frozenset()) -> dict[str, Any]:
+# Sections that run only when named with --only (each takes many minutes).
+OPT_IN = frozenset({"node-churn"})
+
+
+def run(quick: bool, only: frozenset[str] = frozenset(), churn_pods: int = 1000) -> dict[str, Any]:
     """Every figure (or the sections named in `only`); each section is timed too."""
     n = 20 if quick else 200
     out: dict[str, Any] = {"machine": machine(), "seconds": {}}
 
     def section(name: str, fn: Any, *args: Any) -> None:
-        if only and name not in only:
+        if (only and name not in only) or (name in OPT_IN and name not in only):
             return
         start = time.monotonic()
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
@@ -67,6 +71,7 @@ def run(quick: bool, only: frozenset[str] = frozenset()) -> dict[str, Any]:
     section("placement", placement.placement, (1, 8, 16, 32), 1 if quick else 5)
     section("churn", churn.churn, 100 if quick else 1000, 25 if quick else 250)
     section("node", node.node_figures, 5 if quick else 20)
+    section("node-churn", nodechurn.node_churn, 50 if quick else churn_pods)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
     return out
 
@@ -179,6 +184,7 @@ def table(r: dict[str, Any]) -> str:
     lines += placement.rows(r.get("placement", []))
     lines += churn.rows(r.get("churn"))
     lines += node_rows(r)
+    lines += nodechurn.rows(r.get("node-churn"))
     total = sum(r["seconds"].values())
     lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
     return "\n".join(lines)
@@ -276,11 +282,17 @@ def main() -> int:
     parser.add_argument(
         "--only", action="append", default=[], help="run only this section (repeatable)"
     )
+    parser.add_argument(
+        "--churn-pods",
+        type=int,
+        default=1000,
+        help="pods of the node-churn section (run only with --only node-churn)",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces)", file=sys.stderr)
         return 2
-    results = run(args.quick, frozenset(args.only))
+    results = run(args.quick, frozenset(args.only), args.churn_pods)
     args.output.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
     return 0

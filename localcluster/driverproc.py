@@ -79,6 +79,11 @@ class DriverProcess:
         if pod_uid and own_flags:
             self.cmd += ["--pod-uid", pod_uid]
         self.env = {**os.environ, **(env or {})}
+        # Entering the node's mount namespace leaves the process in "/", where `-m
+        # dradriver` would import whatever the interpreter's editable install points at
+        # (another checkout sharing the venv): this checkout's package comes first.
+        paths = (str(REPO_ROOT), self.env.get("PYTHONPATH", ""))
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
