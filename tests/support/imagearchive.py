@@ -8,6 +8,7 @@ the image): `entries()`. `merged()` is the file system a container sees."""
 
 from __future__ import annotations
 
+import copy
 import json
 import posixpath
 import tarfile
@@ -159,6 +160,12 @@ def resolve(tree: dict[str, Entry], path: str) -> Entry | None:
     return None
 
 
+# Python 3.11.4+ checks each member (the "tar" filter: no absolute names, nothing out of
+# `dest`); Debian 12's 3.11.2 has no filters, and there each member is extracted under
+# its `normalize`d name, which stays inside `dest`.
+_TAR_FILTER: dict[str, str] = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+
+
 def unpack(image: ImageArchive, dest: Path) -> None:
     """The merged file system into `dest` (as root: owners and modes kept)."""
     for _, layer in layers(image):
@@ -177,7 +184,9 @@ def unpack(image: ImageArchive, dest: Path) -> None:
             target = dest / path
             if target.is_symlink() or (target.exists() and not target.is_dir()):
                 target.unlink()
-            layer.extract(info, dest, filter="tar")
+            member = copy.copy(info)
+            member.name = path
+            layer.extract(member, dest, **_TAR_FILTER)
 
 
 def _remove(path: Path) -> None:
