@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from bench.env import QUIET
@@ -183,62 +185,81 @@ def _time_to_gone(cluster: NodeCluster, ns: str, name: str) -> float:
     return time.perf_counter() - start
 
 
-def node_figures(pods: int) -> dict[str, Any]:
-    """Start-up latency with and without a claim, and the kubelet's DRA histogram."""
+class NodeSkipped(Exception):
+    """The local node cannot start on this machine (the reason is the message)."""
+
+
+@contextmanager
+def running_node() -> Iterator[LocalNode]:
+    """A started local node with the driver's objects installed, stopped afterwards;
+    NodeSkipped when it cannot start here."""
     if problems := missing(default_binaries()):
-        return {"skipped": "the local node cannot start here: " + "; ".join(problems)}
+        raise NodeSkipped("the local node cannot start here: " + "; ".join(problems))
     name = f"dratest-node-{uuid.uuid4().hex[:6]}"
     node = LocalNode(name, f"/tmp/{name}")
     try:
         node.start()
     except NodeUnavailable as e:
-        return {"skipped": f"the local node cannot start here: {e}"}
+        raise NodeSkipped(f"the local node cannot start here: {e}") from None
     try:
         install_driver_objects(node)
-        start_driver(node, args=(*QUIET, "--metrics-addr", f"127.0.0.1:{DRIVER_METRICS_PORT}"))
-        cluster = NodeCluster(node)
-        ns = "bench"
-        cluster.create_namespace(ns)
-        cluster.apply(template("veth", {"kind": "veth", "interfaceName": "net1"}), ns)
-        assert node.kubelet is not None
-        # One warm-up pair: the first pod pays for unpacking the image.
-        for warm in (plain_pod("warm0"), pod("warm1", ["veth"])):
-            _time_to_running(cluster, ns, warm)
-            _time_to_gone(cluster, ns, warm["metadata"]["name"])
-        before = parse_histograms(node.kubelet.metrics())
-        phases_before = driver_phases(node)
-        log_mark = (node.lay.logs / "kubelet.log").stat().st_size
-        plain, claimed, gone_plain, gone_claimed = [], [], [], []
-        for i in range(pods):
-            plain.append(_time_to_running(cluster, ns, plain_pod(f"plain{i}")))
-            gone_plain.append(_time_to_gone(cluster, ns, f"plain{i}"))
-            claimed.append(_time_to_running(cluster, ns, pod(f"claim{i}", ["veth"])))
-            gone_claimed.append(_time_to_gone(cluster, ns, f"claim{i}"))
-        time.sleep(1)  # the last unprepare lands in the histogram
-        after = parse_histograms(node.kubelet.metrics())
-        phases_after = driver_phases(node)
-        phases = phases_delta(phases_before, phases_after)
-        with (node.lay.logs / "kubelet.log").open(errors="replace") as f:
-            f.seek(log_mark)
-            per_call = kubelet_call_durations(f.read())
-        kubelet = {
-            method: histogram_delta(before.get(method, {}), after[method])
-            for method in ("NodePrepareResources", "NodeUnprepareResources")
-            if method in after
-        }
-        for method, seconds in per_call.items():
-            if method in kubelet and seconds:
-                kubelet[method]["from_log"] = summary(seconds)
-        return {
-            "pods": pods,
-            "driver_phases_ms": phases,
-            "injection": next(iter(phases_after.get("injection", {"?": 1.0}))),
-            "start_plain": summary(plain),
-            "start_with_claim": summary(claimed),
-            "delete_plain": summary(gone_plain),
-            "delete_with_claim": summary(gone_claimed),
-            "kubelet": kubelet,
-            "node_start_s": round(node.timings["start_total"], 2),
-        }
+        yield node
     finally:
         node.stop()
+
+
+def node_figures(pods: int) -> dict[str, Any]:
+    """Start-up latency with and without a claim, and the kubelet's DRA histogram."""
+    try:
+        with running_node() as node:
+            return _figures(node, pods)
+    except NodeSkipped as e:
+        return {"skipped": str(e)}
+
+
+def _figures(node: LocalNode, pods: int) -> dict[str, Any]:
+    start_driver(node, args=(*QUIET, "--metrics-addr", f"127.0.0.1:{DRIVER_METRICS_PORT}"))
+    cluster = NodeCluster(node)
+    ns = "bench"
+    cluster.create_namespace(ns)
+    cluster.apply(template("veth", {"kind": "veth", "interfaceName": "net1"}), ns)
+    assert node.kubelet is not None
+    # One warm-up pair: the first pod pays for unpacking the image.
+    for warm in (plain_pod("warm0"), pod("warm1", ["veth"])):
+        _time_to_running(cluster, ns, warm)
+        _time_to_gone(cluster, ns, warm["metadata"]["name"])
+    before = parse_histograms(node.kubelet.metrics())
+    phases_before = driver_phases(node)
+    log_mark = (node.lay.logs / "kubelet.log").stat().st_size
+    plain, claimed, gone_plain, gone_claimed = [], [], [], []
+    for i in range(pods):
+        plain.append(_time_to_running(cluster, ns, plain_pod(f"plain{i}")))
+        gone_plain.append(_time_to_gone(cluster, ns, f"plain{i}"))
+        claimed.append(_time_to_running(cluster, ns, pod(f"claim{i}", ["veth"])))
+        gone_claimed.append(_time_to_gone(cluster, ns, f"claim{i}"))
+    time.sleep(1)  # the last unprepare lands in the histogram
+    after = parse_histograms(node.kubelet.metrics())
+    phases_after = driver_phases(node)
+    phases = phases_delta(phases_before, phases_after)
+    with (node.lay.logs / "kubelet.log").open(errors="replace") as f:
+        f.seek(log_mark)
+        per_call = kubelet_call_durations(f.read())
+    kubelet = {
+        method: histogram_delta(before.get(method, {}), after[method])
+        for method in ("NodePrepareResources", "NodeUnprepareResources")
+        if method in after
+    }
+    for method, seconds in per_call.items():
+        if method in kubelet and seconds:
+            kubelet[method]["from_log"] = summary(seconds)
+    return {
+        "pods": pods,
+        "driver_phases_ms": phases,
+        "injection": next(iter(phases_after.get("injection", {"?": 1.0}))),
+        "start_plain": summary(plain),
+        "start_with_claim": summary(claimed),
+        "delete_plain": summary(gone_plain),
+        "delete_with_claim": summary(gone_claimed),
+        "kubelet": kubelet,
+        "node_start_s": round(node.timings["start_total"], 2),
+    }

@@ -15,14 +15,13 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from bench.env import rss_kb
-from localcluster.binaries import default_binaries, missing
-from localcluster.driver import install_driver_objects, start_driver
-from localcluster.node import LocalNode, NodeUnavailable
+from bench.node import NodeSkipped, running_node
+from localcluster.driver import start_driver
+from localcluster.node import LocalNode
 from localcluster.waiting import wait_for
 from tests.node.cluster import NodeCluster
 from tests.node.leftovers import driver_state
@@ -107,48 +106,44 @@ def _leftovers(node: LocalNode, links_before: int) -> dict[str, Any]:
 def node_churn(pods: int, every: int = 100, wave: int = 10) -> dict[str, Any]:
     """`pods` pods with a veth claim each, `wave` at a time; the driver's RSS at 0 and
     every `every` pods, the node's leftovers at the end."""
-    if problems := missing(default_binaries()):
-        return {"skipped": "the local node cannot start here: " + "; ".join(problems)}
-    name = f"dratest-node-{uuid.uuid4().hex[:6]}"
-    node = LocalNode(name, f"/tmp/{name}")
     try:
-        node.start()
-    except NodeUnavailable as e:
-        return {"skipped": f"the local node cannot start here: {e}"}
-    try:
-        install_driver_objects(node)
-        driver = start_driver(node)  # the node tier's driver: its defaults, NRI mode
-        proc = driver.process.proc
-        assert proc is not None
-        pid = proc.pid  # nsenter execs the interpreter: this is the daemon itself
-        cluster = NodeCluster(node)
-        cluster.create_namespace(NS)
-        cluster.apply(template(TEMPLATE, {"kind": "veth", "interfaceName": "net1"}), NS)
-        _wave(cluster, ["warm0"])  # the first pod pays for unpacking the image
-        links_before = len(links_in(node.lay.netns))
-        started = time.monotonic()
-        samples = [_sample(pid, 0, 0.0)]
-        done = 0
-        while done < pods:
-            size = min(wave, pods - done)
-            _wave(cluster, [f"p{done + i}" for i in range(size)])
-            done += size
-            if done % every == 0 or done == pods:
-                samples.append(_sample(pid, done, time.monotonic() - started))
-                print(f"bench: node-churn {samples[-1]}", file=sys.stderr, flush=True)
-        seconds = time.monotonic() - started
-        return {
-            "pods": pods,
-            "wave": wave,
-            "samples": samples,
-            "growth_kb": samples[-1]["rss_kb"] - samples[0]["rss_kb"],
-            "seconds": round(seconds, 1),
-            "per_pod_ms": round(seconds / pods * 1e3, 1),
-            "leftovers": _leftovers(node, links_before),
-            "driver_exited": proc.poll(),
-        }
-    finally:
-        node.stop()
+        with running_node() as node:
+            return _churn(node, pods, every, wave)
+    except NodeSkipped as e:
+        return {"skipped": str(e)}
+
+
+def _churn(node: LocalNode, pods: int, every: int, wave: int) -> dict[str, Any]:
+    driver = start_driver(node)  # the node tier's driver: its defaults, NRI mode
+    proc = driver.process.proc
+    assert proc is not None
+    pid = proc.pid  # nsenter execs the interpreter: this is the daemon itself
+    cluster = NodeCluster(node)
+    cluster.create_namespace(NS)
+    cluster.apply(template(TEMPLATE, {"kind": "veth", "interfaceName": "net1"}), NS)
+    _wave(cluster, ["warm0"])  # the first pod pays for unpacking the image
+    links_before = len(links_in(node.lay.netns))
+    started = time.monotonic()
+    samples = [_sample(pid, 0, 0.0)]
+    done = 0
+    while done < pods:
+        size = min(wave, pods - done)
+        _wave(cluster, [f"p{done + i}" for i in range(size)])
+        done += size
+        if done % every == 0 or done == pods:
+            samples.append(_sample(pid, done, time.monotonic() - started))
+            print(f"bench: node-churn {samples[-1]}", file=sys.stderr, flush=True)
+    seconds = time.monotonic() - started
+    return {
+        "pods": pods,
+        "wave": wave,
+        "samples": samples,
+        "growth_kb": samples[-1]["rss_kb"] - samples[0]["rss_kb"],
+        "seconds": round(seconds, 1),
+        "per_pod_ms": round(seconds / pods * 1e3, 1),
+        "leftovers": _leftovers(node, links_before),
+        "driver_exited": proc.poll(),
+    }
 
 
 def growth_per_100(samples: list[dict[str, Any]], warm: int) -> float | None:
