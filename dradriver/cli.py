@@ -81,7 +81,7 @@ def _global_macs_flag(parser: argparse.ArgumentParser) -> None:
 
 def _config_schema(args: argparse.Namespace) -> ConfigSchema:
     """The config schema for --driver-name and --macvlan-global-macs."""
-    entries = [m for m in str(args.macvlan_global_macs).split(",") if m.strip()]
+    entries = settings_mod.split_list(args.macvlan_global_macs)
     try:
         return ConfigSchema(HandlerRegistry(), args.driver_name, entries)
     except ValueError as exc:

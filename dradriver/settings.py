@@ -207,13 +207,13 @@ def from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"--driver-name must be a DNS subdomain, got {args.driver_name!r}")
     if not naming.is_dns_subdomain(args.node_name):
         raise SystemExit(f"--node-name must be a Kubernetes node name, got {args.node_name!r}")
-    ranges = _split(args.claim_address_ranges)
+    ranges = split_list(args.claim_address_ranges)
     try:
         iprules.parse_ranges(ranges)
     except ValueError as exc:
         raise SystemExit(f"--claim-address-ranges: {exc}") from None
     try:
-        global_macs = macs.allowed_global(_split(args.macvlan_global_macs))
+        global_macs = macs.allowed_global(split_list(args.macvlan_global_macs))
     except ValueError as exc:
         raise SystemExit(f"--macvlan-global-macs: {exc}") from None
     values: dict[str, object] = {
@@ -221,9 +221,9 @@ def from_args(args: argparse.Namespace) -> Settings:
         "driver_name": args.driver_name,
         "sysfs_root": Path(args.sysfs_root),
         "virtual_slots": slots,
-        "parent_interfaces": _split(args.parent_interfaces),
-        "virtual_parents": _split(args.virtual_parents),
-        "sriov_pfs": _split(args.sriov_pfs),
+        "parent_interfaces": split_list(args.parent_interfaces),
+        "virtual_parents": split_list(args.virtual_parents),
+        "sriov_pfs": split_list(args.sriov_pfs),
         "claim_address_ranges": ranges,
         "macvlan_global_macs": global_macs,
         "dev_root": Path(args.dev_root),
@@ -266,5 +266,6 @@ def _nri_settings(args: argparse.Namespace) -> dict[str, object]:
     return {"injection": mode, "nri_socket": Path(socket), "nri_plugin_index": index}
 
 
-def _split(value: object) -> tuple[str, ...]:
+def split_list(value: object) -> tuple[str, ...]:
+    """A comma-separated flag's items, stripped, empty ones left out."""
     return tuple(p.strip() for p in str(value or "").split(",") if p.strip())

@@ -15,7 +15,9 @@ from collections.abc import Iterable
 # A locally administered unicast address (the second-lowest bit of the first octet set,
 # the lowest clear): one no network card was given.
 LOCAL_MAC_PATTERN = r"^[0-9A-Fa-f][26AaEe](:[0-9A-Fa-f]{2}){5}$"
-_UNICAST = re.compile(r"[0-9a-f][02468ace](:[0-9a-f]{2}){5}")
+# A unicast Ethernet address the kernel accepts (is_valid_ether_addr): the group bit
+# (lowest bit of the first octet) clear, and not all zeros (ZERO_MAC).
+ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f][02468AaCcEe](:[0-9A-Fa-f]{2}){5}$"
 ZERO_MAC = "00:00:00:00:00:00"
 
 
@@ -25,7 +27,7 @@ def allowed_global(entries: Iterable[str]) -> tuple[str, ...]:
     out: list[str] = []
     for entry in entries:
         mac = entry.strip().lower()
-        if not _UNICAST.fullmatch(mac) or mac == ZERO_MAC:
+        if not re.match(ETHERNET_MAC_PATTERN, mac) or mac == ZERO_MAC:
             raise ValueError(
                 f"{entry!r} is not a unicast Ethernet address aa:bb:cc:dd:ee:ff (the lowest "
                 "bit of the first octet clear, not all zeros)"

@@ -40,9 +40,7 @@ INTERFACE_NAME_PATTERN = r"^[!-$&-.0-9;-~]{1,15}$"
 RESERVED_HOST_NAMES = ["all", "default", ".", ".."]
 # In the pod: lo, and eth0, the name of every pod's own (CNI) interface.
 RESERVED_INTERFACE_NAMES = ["lo", "eth0", *RESERVED_HOST_NAMES]
-# A unicast Ethernet address the kernel accepts (is_valid_ether_addr): the group bit
-# (lowest bit of the first octet) clear, and not all zeros.
-ETHERNET_MAC_PATTERN = r"^[0-9A-Fa-f][02468AaCcEe](:[0-9A-Fa-f]{2}){5}$"
+ETHERNET_MAC_PATTERN = macs.ETHERNET_MAC_PATTERN
 LOCAL_MAC_PATTERN = macs.LOCAL_MAC_PATTERN
 LOCAL_MAC: dict[str, Any] = {
     "type": "string",
