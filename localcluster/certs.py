@@ -147,10 +147,13 @@ class CertificateAuthority:
         return self._write(stem, builder.sign(self._key, hashes.SHA256()), key)
 
 
-def issue_control_plane_certs(ca: CertificateAuthority) -> dict[str, CertPair]:
+def issue_control_plane_certs(
+    ca: CertificateAuthority, extra_ips: tuple[str, ...] = ()
+) -> dict[str, CertPair]:
     """Serving certificates of the three components and client certificates of
     admin (system:masters), kube-scheduler, kube-controller-manager and of
-    kube-apiserver towards kubelets."""
+    kube-apiserver towards kubelets. `extra_ips`: more addresses the API server is
+    reached at (a cluster's control plane address)."""
     local: dict[str, Any] = {"server": True, "dns": ("localhost",), "ips": ("127.0.0.1",)}
     apiserver_names = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
     return {
@@ -159,7 +162,7 @@ def issue_control_plane_certs(ca: CertificateAuthority) -> dict[str, CertPair]:
             "kube-apiserver",
             server=True,
             dns=("localhost", *apiserver_names, "kubernetes.default.svc.cluster.local"),
-            ips=("127.0.0.1", "10.96.0.1"),
+            ips=("127.0.0.1", "10.96.0.1", *extra_ips),
         ),
         "scheduler-serving": ca.issue("scheduler-serving", "kube-scheduler", **local),
         "kcm-serving": ca.issue("kcm-serving", "kube-controller-manager", **local),

@@ -10,7 +10,9 @@ from pathlib import Path
 from .certs import CertPair
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-SERVICE_CIDR = "10.96.0.0/24"  # only allocates Service objects; no traffic goes there
+SERVICE_CIDR = "10.96.0.0/24"  # allocates Service objects; only the first is reached
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: in-cluster clients' API server
+HTTPS_PORT = 443  # the `kubernetes` Service's port
 
 
 def gates_flag(gates: Mapping[str, bool]) -> str:
@@ -30,6 +32,9 @@ class Layout:
     # A real kubelet joins (the node tier): kube-apiserver talks to it, and the
     # node lifecycle controller and the not-ready taint do their usual job.
     real_nodes: bool = False
+    # The control plane of a cluster (cluster.py): its address on the cluster's
+    # network, where kube-apiserver serves on port 443 (the `kubernetes` Service's).
+    advertise: str | None = None
     ports: dict[str, int] = field(default_factory=dict)
     pki: dict[str, CertPair] = field(default_factory=dict)
     ca_cert: Path = Path()
@@ -64,9 +69,11 @@ def apiserver_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
     return [
         str(lay.bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{lay.ports['etcd']}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        f"--secure-port={lay.ports['apiserver']}",
+        # A cluster's: every address of its namespace (127.0.0.1 for the host's
+        # forwarder, its address on the cluster network, the Service's address).
+        f"--bind-address={'0.0.0.0' if lay.advertise else '127.0.0.1'}",
+        f"--advertise-address={lay.advertise or '127.0.0.1'}",
+        f"--secure-port={HTTPS_PORT if lay.advertise else lay.ports['apiserver']}",
         f"--cert-dir={lay.workdir / 'apiserver'}",
         f"--tls-cert-file={lay.pki['apiserver'].cert}",
         f"--tls-private-key-file={lay.pki['apiserver'].key}",

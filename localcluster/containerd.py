@@ -38,7 +38,7 @@ class Containerd:
         """Write the configuration and the CNI network, start containerd (no wait)."""
         lay = self.lay
         for d in (lay.containerd_dir, lay.cni_conf_dir, lay.cni_ipam_dir, lay.cdi_dir, lay.logs):
-            d.mkdir(parents=True, exist_ok=True)
+            lay.on_host(d).mkdir(parents=True, exist_ok=True)
         self.config.write_text(containerd_config(lay, self.bins["runc"], self.nri))
         (lay.cni_conf_dir / "10-node.conflist").write_text(json.dumps(cni_network(lay), indent=1))
         self.component.start()

@@ -58,6 +58,7 @@ from .certs import (
     write_signing_key,
 )
 from .components import (
+    HTTPS_PORT,
     Layout,
     apiserver_argv,
     controller_manager_argv,
@@ -88,6 +89,7 @@ class ControlPlane(ServiceAccountTokens):
         workdir: Path | str,
         *,
         node_netns: str | None = None,
+        advertise: str | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         bin_dir: Path | str | None = None,
         verbosity: int = 2,
@@ -97,7 +99,11 @@ class ControlPlane(ServiceAccountTokens):
         self.workdir = Path(workdir)
         self.netns = node_netns
         real_nodes = node_netns is not None
-        self.layout = Layout(self.bin_dir, self.workdir, verbosity, real_nodes=real_nodes)
+        if advertise is not None and node_netns is None:
+            raise ValueError("a control plane with an advertised address runs in a namespace")
+        self.layout = Layout(
+            self.bin_dir, self.workdir, verbosity, real_nodes=real_nodes, advertise=advertise
+        )
         self.forwarder: Forwarder | None = None
         self.feature_gates: dict[str, bool] = {**DRA_FEATURE_GATES, **(feature_gates or {})}
         self.apiserver_feature_gates = dict(self.feature_gates)
@@ -132,6 +138,14 @@ class ControlPlane(ServiceAccountTokens):
         """The API server's URL (on the host's 127.0.0.1 either way)."""
         return f"https://127.0.0.1:{self.layout.ports['apiserver']}"
 
+    @property
+    def node_server(self) -> str:
+        """The API server's URL for kubelets: a cluster's address on its network, else
+        `server` (a lone node shares the control plane's namespace)."""
+        if self.layout.advertise is not None:
+            return f"https://{self.layout.advertise}:{HTTPS_PORT}"
+        return self.server
+
     def start(self) -> None:
         """Start every component, wait until each is healthy (the work directory: empty)."""
         if self._started:
@@ -152,16 +166,21 @@ class ControlPlane(ServiceAccountTokens):
             self._prepare()
             if self.netns is not None:
                 port = self.layout.ports["apiserver"]
-                self.forwarder = Forwarder(None, port, connect_ns=self.netns, port=port)
+                inside = HTTPS_PORT if self.layout.advertise else port
+                self.forwarder = Forwarder(None, inside, connect_ns=self.netns, port=port)
                 self.forwarder.start()
             # All at once: each retries its server until it is up, which
             # overlaps the start-up work of all four (~1 s saved).
             for name in self.components:
                 self._run(name)
-            self._wait("etcd", self._etcd_healthy, 30)
+            self._wait("etcd", self._etcd_healthy, 30, inside=True)
             self._wait("kube-apiserver", lambda: self._rest().healthy("/readyz"), 90)
-            self._wait("kube-scheduler", lambda: self._component_healthy("scheduler"), 60)
-            self._wait("kube-controller-manager", lambda: self._component_healthy("kcm"), 60)
+            self._wait(
+                "kube-scheduler", lambda: self._component_healthy("scheduler"), 60, inside=True
+            )
+            self._wait(
+                "kube-controller-manager", lambda: self._component_healthy("kcm"), 60, inside=True
+            )
             # ServiceAccount admission rejects pods until the controller made "default".
             self._wait("kube-controller-manager", lambda: self._has_default_sa("default"), 60)
         except BaseException:
@@ -211,13 +230,15 @@ class ControlPlane(ServiceAccountTokens):
             name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "scheduler", "kcm")
         }
         ca = self.ca = CertificateAuthority(self.workdir / "pki")
-        lay.pki = issue_control_plane_certs(ca)
+        lay.pki = issue_control_plane_certs(ca, (lay.advertise,) if lay.advertise else ())
         lay.ca_cert = ca.pair.cert
         lay.sa_key, lay.sa_pub = write_signing_key(self.workdir / "pki")
+        # The scheduler and the controller manager run beside kube-apiserver.
+        inside = f"https://127.0.0.1:{HTTPS_PORT}" if lay.advertise else self.server
         for user in ("admin", "scheduler", "kcm"):
             write_kubeconfig(
                 lay.kubeconfig(user),
-                server=self.server,
+                server=self.server if user == "admin" else inside,
                 ca_pem=ca.pair.cert_pem(),
                 user=user,
                 client=lay.pki[user],
@@ -240,14 +261,18 @@ class ControlPlane(ServiceAccountTokens):
     def _run(self, name: str) -> None:
         self.components[name].start()
 
-    def _wait(self, name: str, ready: Callable[[], bool], timeout: float) -> None:
+    def _wait(
+        self, name: str, ready: Callable[[], bool], timeout: float, *, inside: bool = False
+    ) -> None:
+        """Until `ready()`; `inside`: probed from the control plane's namespace (where
+        every component but the forwarded API server listens)."""
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
             for comp in self.components.values():
                 comp.check()
             try:
-                with self._in_netns():
+                with self._in_netns() if inside else contextlib.nullcontext():
                     if ready():
                         return
             except (OSError, ApiError):

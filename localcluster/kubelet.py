@@ -12,7 +12,7 @@ from .apiclient import ApiError
 from .binaries import Binaries
 from .certs import issue_kubelet_certs, write_kubeconfig
 from .controlplane import ControlPlane
-from .layout import NODE_IP, NodeLayout
+from .layout import NodeLayout
 from .nodeconfig import kubelet_argv, kubelet_config
 from .procs import Component
 from .waiting import wait_for
@@ -42,11 +42,11 @@ class Kubelet:
         the node's InternalIP that kube-apiserver checks against the cluster CA."""
         lay = self.lay
         for d in (lay.kubelet_root, lay.kubelet_pki, lay.pod_logs, lay.logs):
-            d.mkdir(parents=True, exist_ok=True)
-        certs = issue_kubelet_certs(self.cp.ca, lay.name, NODE_IP)
+            lay.on_host(d).mkdir(parents=True, exist_ok=True)
+        certs = issue_kubelet_certs(self.cp.ca, lay.name, lay.node_ip)
         write_kubeconfig(
             self.kubeconfig,
-            server=self.cp.server,
+            server=self.cp.node_server,
             ca_pem=self.cp.ca.pair.cert_pem(),
             user=f"system:node:{lay.name}",
             client=certs["client"],

@@ -9,15 +9,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The node's own network: eth0 (a veth whose peer stays in the node's namespace) with
-# a default route, so the kubelet gets a non-loopback InternalIP and the macvlan
-# examples find their parent; pods on a CNI bridge. Private to the node's namespace,
-# so every node uses the same addresses.
+# The node's own network: eth0 (a veth) with a default route, so the kubelet gets a
+# non-loopback InternalIP and the macvlan examples find their parent; pods on a CNI
+# bridge. A lone node (index 1) keeps the peer of eth0 in its own namespace; the nodes
+# of a cluster (cluster.py) have theirs on the cluster's bridge, where the gateway is
+# the control plane's address. Node i is 10.250.0.(i+1) with pods in 10.244.(i-1).0/24.
 NODE_IP = "10.250.0.2"
 GATEWAY_IP = "10.250.0.1"
 NODE_PREFIX = 24
 POD_SUBNET = "10.244.0.0/24"
 PARENT = "eth0"
+MAX_NODES = 50
+
+
+def node_ip(index: int) -> str:
+    """The InternalIP of node `index` (1-based)."""
+    if not 1 <= index <= MAX_NODES:
+        raise ValueError(f"node index {index} is not in 1..{MAX_NODES}")
+    return f"10.250.0.{index + 1}"
+
+
+def pod_subnet(index: int) -> str:
+    """The pod range of node `index` (1-based)."""
+    node_ip(index)
+    return f"10.244.{index - 1}.0/24"
+
 
 # Host directories the node gets its own copy of, inside its mount namespace (as a
 # kind node container has its own): containerd puts shim sockets in /run/containerd/s,
@@ -37,6 +53,7 @@ class NodeLayout:
 
     name: str
     workdir: Path
+    index: int = 1
 
     def __post_init__(self) -> None:
         if len(str(self.workdir)) > MAX_WORKDIR:
@@ -44,6 +61,33 @@ class NodeLayout:
                 f"node work directory {self.workdir} is longer than {MAX_WORKDIR} bytes: "
                 "the unix socket paths under it would not fit (use a short path under /tmp)"
             )
+
+    @property
+    def node_ip(self) -> str:
+        """The node's InternalIP (on eth0)."""
+        return node_ip(self.index)
+
+    @property
+    def pod_subnet(self) -> str:
+        """The node's pod range (its CNI bridge's)."""
+        return pod_subnet(self.index)
+
+    @property
+    def standard_paths(self) -> bool:
+        """Whether the kubelet, CDI and NRI paths are a real node's defaults, seen
+        inside the node's mount namespace (ClusterNodeLayout) rather than files under
+        the work directory."""
+        return False
+
+    def on_host(self, path: Path) -> Path:
+        """Where the host sees a path the node sees (the same path but inside
+        PRIVATE_DIRS, whose node copies live under the work directory)."""
+        if path == Path("/var/run") or Path("/var/run") in path.parents:
+            path = Path("/run") / path.relative_to("/var/run")  # a symlink, as on Debian
+        for host_dir in PRIVATE_DIRS:
+            if path == Path(host_dir) or Path(host_dir) in path.parents:
+                return self.private_dir(host_dir) / path.relative_to(host_dir)
+        return path
 
     # -- namespaces and cgroups
     @property
@@ -166,6 +210,34 @@ class NodeLayout:
     def state_file(self) -> Path:
         """Who owns the node, for a later sweep (`write_state`)."""
         return self.workdir / "node.json"
+
+
+@dataclass(frozen=True)
+class ClusterNodeLayout(NodeLayout):
+    """A node of a local cluster (cluster.py): the kubelet root, CDI directory and NRI
+    socket where a real node has them (/var/lib/kubelet, /var/run/cdi, /var/run/nri), inside
+    the node's own /var/lib and /run, so one set of chart values fits every node.
+    The host reaches them through `on_host`."""
+
+    @property
+    def standard_paths(self) -> bool:
+        """See NodeLayout.standard_paths."""
+        return True
+
+    @property
+    def kubelet_root(self) -> Path:
+        """The kubelet's --root-dir, as the node sees it."""
+        return Path("/var/lib/kubelet")
+
+    @property
+    def cdi_dir(self) -> Path:
+        """containerd's second default CDI directory, as the node sees it."""
+        return Path("/var/run/cdi")
+
+    @property
+    def nri_socket(self) -> Path:
+        """containerd's default NRI socket, as the node sees it."""
+        return Path("/var/run/nri/nri.sock")
 
 
 def write_state(lay: NodeLayout, **extra: Any) -> None:

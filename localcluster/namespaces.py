@@ -9,7 +9,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from .layout import GATEWAY_IP, NODE_IP, NODE_PREFIX, PARENT, PRIVATE_DIRS, NodeLayout
+from .layout import GATEWAY_IP, NODE_PREFIX, PARENT, PRIVATE_DIRS, NodeLayout
+from .network import CLUSTER_BRIDGE
 from .nodeconfig import KUBELET_SYSCTLS
 
 
@@ -19,18 +20,27 @@ def _run(*argv: str) -> None:
         raise RuntimeError(f"{' '.join(argv)}: {res.stderr.strip() or res.returncode}")
 
 
-def create_netns(lay: NodeLayout) -> None:
-    """The node's network namespace: lo, and eth0 (a veth whose peer, the "gateway",
-    stays in the namespace) holding the node's address and default route."""
+def create_netns(lay: NodeLayout, cluster_ns: str | None = None) -> None:
+    """The node's network namespace: lo, and eth0 (a veth) holding the node's address
+    and default route. A lone node keeps the peer, the "gateway", in its namespace; a
+    cluster's node has it on the bridge of `cluster_ns` (network.py), its gateway."""
     ns = lay.netns
     _run("ip", "netns", "add", ns)
     try:
         _run("ip", "-n", ns, "link", "set", "lo", "up")
-        _run("ip", "-n", ns, "link", "add", PARENT, "type", "veth", "peer", "name", "gw0")
-        _run("ip", "-n", ns, "addr", "add", f"{NODE_IP}/{NODE_PREFIX}", "dev", PARENT)
-        _run("ip", "-n", ns, "addr", "add", f"{GATEWAY_IP}/{NODE_PREFIX}", "dev", "gw0")
+        if cluster_ns is None:
+            _run("ip", "-n", ns, "link", "add", PARENT, "type", "veth", "peer", "name", "gw0")
+            _run("ip", "-n", ns, "addr", "add", f"{GATEWAY_IP}/{NODE_PREFIX}", "dev", "gw0")
+            _run("ip", "-n", ns, "link", "set", "gw0", "up")
+        else:
+            peer = f"node{lay.index}"
+            _run("ip", "-n", ns, "link", "add", PARENT, "type", "veth", "peer", "name", peer)
+            _run("ip", "-n", ns, "link", "set", peer, "netns", cluster_ns)
+            _run("ip", "-n", cluster_ns, "link", "set", peer, "master", CLUSTER_BRIDGE, "up")
+            # Pods' traffic to other nodes' pods and to the API server leaves here.
+            _run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        _run("ip", "-n", ns, "addr", "add", f"{lay.node_ip}/{NODE_PREFIX}", "dev", PARENT)
         _run("ip", "-n", ns, "link", "set", PARENT, "up")
-        _run("ip", "-n", ns, "link", "set", "gw0", "up")
         _run("ip", "-n", ns, "route", "add", "default", "via", GATEWAY_IP, "dev", PARENT)
     except BaseException:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
@@ -45,6 +55,10 @@ def mount_script(lay: NodeLayout) -> str:
     for host_dir in PRIVATE_DIRS:
         src = shlex.quote(str(lay.private_dir(host_dir)))
         lines.append(f"mount --bind {src} {host_dir}")
+        if lay.standard_paths:
+            # As on a real node, mounts made below (the pods' network namespaces in
+            # /run/netns) reach containers that mount them HostToContainer.
+            lines.append(f"mount --make-rshared {host_dir}")
     for key in KUBELET_SYSCTLS:
         src = shlex.quote(str(lay.sysctl_dir / key.replace("/", ".")))
         lines.append(f"mount --bind {src} /proc/sys/{key}")

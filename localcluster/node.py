@@ -35,7 +35,7 @@ from .containerd import Containerd
 from .controlplane import DRA_FEATURE_GATES, ControlPlane
 from .images import build_images
 from .kubelet import Kubelet
-from .layout import NodeLayout, write_state
+from .layout import ClusterNodeLayout, NodeLayout, write_state
 from .namespaces import create_cgroup_root, create_mntns, create_netns
 from .procs import SigtermAsInterrupt
 from .sweep import sweep, sweep_abandoned
@@ -56,12 +56,26 @@ class LocalNode:
         bins: Binaries | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         verbosity: int = 2,
+        control_plane: ControlPlane | None = None,
+        cluster_ns: str | None = None,
+        index: int = 1,
     ) -> None:
-        self.lay = NodeLayout(name, Path(workdir))
+        """With `control_plane` and `cluster_ns`: node number `index` of a cluster
+        (cluster.py), joining its control plane over its network (both stay up when
+        this node stops); otherwise a lone node with a control plane of its own."""
+        if (control_plane is None) != (cluster_ns is None):
+            raise ValueError("a cluster's node needs both its control plane and its network")
+        self.lay: NodeLayout = (
+            ClusterNodeLayout(name, Path(workdir), index)
+            if cluster_ns is not None
+            else NodeLayout(name, Path(workdir))
+        )
+        self.cluster_ns = cluster_ns
+        self.own_cp = control_plane is None
         self.bins = bins or default_binaries()
         self.feature_gates = {**DRA_FEATURE_GATES, **(feature_gates or {})}
         self.verbosity = verbosity
-        self.cp: ControlPlane | None = None
+        self.cp: ControlPlane | None = control_plane
         self.containerd = Containerd(self.lay, self.bins)
         self.kubelet: Kubelet | None = None
         self.timings: dict[str, float] = {}
@@ -114,20 +128,21 @@ class LocalNode:
         try:
             self._timed("namespaces", self._namespaces)
             self.containerd.start()  # starts while the control plane comes up
-            self.cp = ControlPlane(
-                lay.controlplane,
-                node_netns=lay.netns,
-                feature_gates=self.feature_gates,
-                bin_dir=self.bins.k8s,
-                verbosity=self.verbosity,
-                keep_workdir=False,
-            )
-            self._timed("control_plane", self.cp.start)
-            shutil.copyfile(self.cp.admin_kubeconfig, lay.kubeconfig)
+            if self.own_cp:
+                self.cp = ControlPlane(
+                    lay.controlplane,
+                    node_netns=lay.netns,
+                    feature_gates=self.feature_gates,
+                    bin_dir=self.bins.k8s,
+                    verbosity=self.verbosity,
+                    keep_workdir=False,
+                )
+                self._timed("control_plane", self.cp.start)
+            shutil.copyfile(self.control_plane.admin_kubeconfig, lay.kubeconfig)
             self._timed("containerd", self.containerd.wait_ready)
             images = build_images(lay.workdir / "images", self.bins["pause"])
             self._timed("images", lambda: self.containerd.import_images(images))
-            self.kubelet = Kubelet(lay, self.bins, self.cp)
+            self.kubelet = Kubelet(lay, self.bins, self.control_plane)
             self.kubelet.start(self.feature_gates)
             self._timed("node_ready", self.kubelet.wait_ready)
         except BaseException:
@@ -137,7 +152,7 @@ class LocalNode:
         self.timings["start_total"] = time.monotonic() - t0
 
     def _namespaces(self) -> None:
-        create_netns(self.lay)
+        create_netns(self.lay, self.cluster_ns)
         create_mntns(self.lay)
         create_cgroup_root(self.lay)
 
@@ -159,7 +174,7 @@ class LocalNode:
             if self.kubelet is not None:
                 self.kubelet.stop()
             self.containerd.stop()
-            if self.cp is not None:
+            if self.cp is not None and self.own_cp:
                 self.cp.stop()
         finally:
             sweep(self.lay, keep_workdir=os.environ.get("NODE_KEEP_WORKDIR") == "1")
@@ -184,7 +199,7 @@ class LocalNode:
 
     def logs(self, lines: int = 40) -> str:
         """The last `lines` lines of each component's log (control plane, containerd, kubelet)."""
-        parts = [self.cp.logs(lines)] if self.cp is not None else []
+        parts = [self.cp.logs(lines)] if self.cp is not None and self.own_cp else []
         comps = [self.containerd.component]
         if self.kubelet is not None:
             comps.append(self.kubelet.component)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .layout import NODE_IP, POD_SUBNET, NodeLayout
+from .layout import NodeLayout
 
 # The sandbox (pause) image of the node, built locally (images.py); containerd pins
 # it, so neither it nor the kubelet ever tries to pull or collect it.
@@ -74,8 +74,10 @@ def containerd_config(lay: NodeLayout, runc: Path, nri: bool = True) -> str:
                 "cdi_spec_dirs": [str(lay.cdi_dir)],
                 # Root here lacks CAP_SYS_RESOURCE: negative OOM scores cannot be set.
                 "restrict_oom_score_adj": True,
-                # Pod network namespaces under the state directory, not in `ip netns`.
-                "netns_mounts_under_state_dir": True,
+                # A lone node: pod network namespaces under the state directory, not
+                # in `ip netns`; a cluster's node: in its own /var/run/netns, where a
+                # real node has them and the chart's podNetnsDir finds them.
+                "netns_mounts_under_state_dir": not lay.standard_paths,
             },
         ),
         _table(f"{cri_runtime}.containerd", {"default_runtime_name": "runc"}),
@@ -119,7 +121,7 @@ def cni_network(lay: NodeLayout) -> dict[str, Any]:
                 "ipam": {
                     "type": "host-local",
                     "dataDir": str(lay.cni_ipam_dir),
-                    "ranges": [[{"subnet": POD_SUBNET}]],
+                    "ranges": [[{"subnet": lay.pod_subnet}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                 },
             }
@@ -141,7 +143,7 @@ def kubelet_config(
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": NODE_IP,
+        "address": lay.node_ip,
         "port": KUBELET_PORT,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -196,7 +198,7 @@ def kubelet_argv(lay: NodeLayout, kubelet: Path, config: Path, kubeconfig: Path)
         f"--root-dir={lay.kubelet_root}",
         f"--cert-dir={lay.kubelet_pki}",
         f"--hostname-override={lay.name}",
-        f"--node-ip={NODE_IP}",
+        f"--node-ip={lay.node_ip}",
         "--v=2",
         # Each DRA call's start and end (with the claims): what `make bench` times the
         # kubelet's calls by (its histogram's smallest bucket is 100 ms).

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .layout import NodeLayout, owner_alive, read_state
@@ -44,11 +45,10 @@ def cgroup_dirs(lay: NodeLayout) -> list[Path]:
     return out
 
 
-def node_pids(lay: NodeLayout) -> set[int]:
-    """Processes of the node: in its network or mount namespace (control plane,
-    containerd, shims, kubelet, driver) or in its cgroups (pod processes)."""
+def _pids_in(namespace_files: list[Path]) -> set[int]:
+    """Processes in any of the namespaces these files stand for."""
     # (An unmounted namespace file is a plain file: no process has its identity.)
-    namespaces = {i for i in (_ns_id(lay.netns_path), _ns_id(lay.mntns)) if i is not None}
+    namespaces = {i for i in map(_ns_id, namespace_files) if i is not None}
     pids: set[int] = set()
     if namespaces:
         for entry in Path("/proc").iterdir():
@@ -57,6 +57,34 @@ def node_pids(lay: NodeLayout) -> set[int]:
             for kind in ("net", "mnt"):
                 if _ns_id(entry / "ns" / kind) in namespaces:
                     pids.add(int(entry.name))
+    pids.discard(os.getpid())
+    return pids
+
+
+def _kill_all(what: str, find: Callable[[], set[int]], timeout: float) -> set[int]:
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while pids := find():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: processes survive SIGKILL: {sorted(pids)}")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= pids
+        time.sleep(0.05)
+    return killed
+
+
+def kill_netns_processes(netns: str, timeout: float = 30) -> set[int]:
+    """SIGKILL every process in the network namespace `ip netns` calls `netns`."""
+    path = Path("/run/netns") / netns
+    return _kill_all(f"namespace {netns}", lambda: _pids_in([path]), timeout)
+
+
+def node_pids(lay: NodeLayout) -> set[int]:
+    """Processes of the node: in its network or mount namespace (control plane,
+    containerd, shims, kubelet, driver) or in its cgroups (pod processes)."""
+    pids = _pids_in([lay.netns_path, lay.mntns])
     for root in cgroup_dirs(lay):
         for procs in root.rglob("cgroup.procs"):
             with contextlib.suppress(OSError):
@@ -67,17 +95,7 @@ def node_pids(lay: NodeLayout) -> set[int]:
 
 def kill_node_processes(lay: NodeLayout, timeout: float = 30) -> set[int]:
     """SIGKILL every process of the node until none is left; returns those killed."""
-    killed: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while pids := node_pids(lay):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"node {lay.name}: processes survive SIGKILL: {sorted(pids)}")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        killed |= pids
-        time.sleep(0.05)
-    return killed
+    return _kill_all(f"node {lay.name}", lambda: node_pids(lay), timeout)
 
 
 def remove_cgroups(lay: NodeLayout, timeout: float = 15) -> None:
@@ -128,11 +146,11 @@ def sweep(lay: NodeLayout, *, keep_workdir: bool = False) -> None:
         shutil.rmtree(lay.workdir, ignore_errors=True)
 
 
-def sweep_abandoned(workdir: Path) -> NodeLayout | None:
+def sweep_abandoned(workdir: Path, *, force: bool = False) -> NodeLayout | None:
     """Sweep the node in `workdir` if the process that started it is gone (killed
-    before it could clean up); returns its layout if it did."""
+    before it could clean up), or with `force`; returns its layout if it did."""
     state = read_state(workdir)
-    if state is None or owner_alive(state):
+    if state is None or (not force and owner_alive(state)):
         return None
     lay = NodeLayout(str(state["name"]), Path(state["workdir"]))
     sweep(lay)

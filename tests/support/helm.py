@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.helmrelease import helm_env
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "hack" / "build-helm.sh"
 
@@ -35,18 +37,6 @@ def helm_binary() -> Path:
     )
     out = subprocess.run([str(BUILD), "--bin"], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
-
-
-def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:
-    """The environment for helm: its cache, config and data under `home`, and only
-    `kubeconfig` (if any) as the cluster."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
-    env.pop("KUBECONFIG", None)
-    for kind in ("CACHE", "CONFIG", "DATA"):
-        env[f"HELM_{kind}_HOME"] = str(home / kind.lower())
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig)
-    return env
 
 
 def device_classes(prefix: str) -> dict[str, dict[str, Any]]:
