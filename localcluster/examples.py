@@ -120,19 +120,49 @@ def adapt(
     return out, notes
 
 
-def write_examples(directory: Path, sources: Sequence[Path] = EXAMPLE_FILES) -> Examples:
-    """Adapt each example file and write it into `directory` under its own name."""
+def write_examples(
+    directory: Path, sources: Sequence[Path] = EXAMPLE_FILES, *, nodes: int = 1
+) -> Examples:
+    """Adapt each example file and write it into `directory` under its own name; with
+    several `nodes`, each Deployment runs on every node (`spread`)."""
     directory.mkdir(parents=True, exist_ok=True)
     result = Examples()
     for src in sources:
         docs = [d for d in yaml.safe_load_all(src.read_text()) if d]
         adapted, notes = adapt(docs)
+        if nodes > 1:
+            adapted = spread(adapted, nodes)
         dst = directory / src.name
         dst.write_text(
             f"# {src.relative_to(DEPLOY.parent)}, adapted to this kernel "
-            "(localcluster/examples.py)\n" + yaml.safe_dump_all(adapted, sort_keys=False)
+            f"(localcluster/examples.py){', one pod per node' if nodes > 1 else ''}\n"
+            + yaml.safe_dump_all(adapted, sort_keys=False)
         )
         result.files.append(dst)
         result.docs.extend(adapted)
         result.notes.extend(notes)
     return result
+
+
+def spread(docs: Sequence[dict[str, Any]], nodes: int) -> list[dict[str, Any]]:
+    """The documents with every example Deployment run once per node: `nodes` replicas
+    that the scheduler must put on distinct nodes (required anti-affinity on the
+    Deployment's own pod labels, by hostname)."""
+    out = copy.deepcopy(list(docs))
+    for doc in out:
+        if doc.get("kind") != "Deployment":
+            continue
+        spec = doc["spec"]
+        spec["replicas"] = nodes
+        labels = spec["selector"]["matchLabels"]
+        spec["template"]["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": labels},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    return out

@@ -40,10 +40,11 @@ def driver_state(lay: NodeLayout, driver: str = DRIVER) -> DriverState:
         elif naming.is_host_ifname(link["name"]):
             untagged.add(link["name"])
     # <driver>-<type>_<claim uid>.json (naming.cdi_spec_filename)
+    cdi_dir = lay.on_host(lay.cdi_dir)
     specs = {
         p.name.rsplit("_", 1)[1].removesuffix(".json")
-        for p in lay.cdi_dir.glob(f"{driver}-*_*.json")
+        for p in cdi_dir.glob(f"{driver}-*_*.json")
     }
-    state_dir = lay.cdi_dir / f"{driver}-state"
+    state_dir = cdi_dir / f"{driver}-state"
     records = {p.name.split(".")[0] for p in state_dir.glob("*.alloc.json")}
     return DriverState(frozenset(links), frozenset(untagged), frozenset(specs), frozenset(records))
