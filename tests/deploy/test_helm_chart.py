@@ -472,6 +472,7 @@ def test_optional_objects_and_metrics(helm, tmp_path):
         "deviceClasses.rdmaDevices.enabled=false",
     )
     assert "livenessProbe" not in container(off)
+    assert "readinessProbe" not in container(off)
     assert env_of(off)["DRA_HEALTHCHECK_PORT"] == "-1"
     assert {d["metadata"]["name"] for d in by_kind(off, "DeviceClass")} == {
         "network-devices", "virtual-network", "roce-devices"

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 from packaging.version import Version
 
+from dradriver.kubelet.server import READINESS_SERVICE
 from tests.deploy.support import (
     DEPLOY,
     DRIVER,
@@ -296,6 +297,11 @@ def test_daemonset_liveness_probe_is_grpc_on_the_healthcheck_port():
     probe = driver_container()["livenessProbe"]
     assert probe["grpc"]["port"] == 51515 == int(env_value("DRA_HEALTHCHECK_PORT") or 0)
     assert "service" not in probe["grpc"], "the daemon serves the overall (empty) service"
+
+
+def test_daemonset_readiness_probe_asks_whether_the_kubelet_registered_the_driver():
+    probe = driver_container()["readinessProbe"]
+    assert probe["grpc"] == {"port": 51515, "service": READINESS_SERVICE}
 
 
 def _quantity_mi(text: str) -> float:

@@ -42,8 +42,7 @@ def driver_state(lay: NodeLayout, driver: str = DRIVER) -> DriverState:
     # <driver>-<type>_<claim uid>.json (naming.cdi_spec_filename)
     cdi_dir = lay.on_host(lay.cdi_dir)
     specs = {
-        p.name.rsplit("_", 1)[1].removesuffix(".json")
-        for p in cdi_dir.glob(f"{driver}-*_*.json")
+        p.name.rsplit("_", 1)[1].removesuffix(".json") for p in cdi_dir.glob(f"{driver}-*_*.json")
     }
     state_dir = cdi_dir / f"{driver}-state"
     records = {p.name.split(".")[0] for p in state_dir.glob("*.alloc.json")}

@@ -1,0 +1,116 @@
+"""The kubelet's own recovery of the driver: a driver process frozen (SIGSTOP) is
+restarted by its liveness probe, a driver container killed is restarted, a driver pod
+deleted is replaced by the DaemonSet. Each time, on both nodes, a claim prepared before
+keeps its pod's NIC and unprepares cleanly, and a new pod gets one."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from localcluster.namespaces import cgroup_mounts
+from localcluster.podnet import via_exec
+from tests.node.scenario import pod, template
+from tests.support.waiting import wait_for
+
+from .chart import NAMESPACE, ChartCluster, pinned
+
+# The chart's probe: a failure every 10 s, 3 in a row, each up to 5 s: under a minute.
+PROBE_RESTART = 90.0
+
+
+def driver_pid(chart: ChartCluster, node: str) -> int:
+    """The pid of `dra-driver run` in the driver container of `node` (from its cgroup)."""
+    p = chart.driver_pod(node)
+    [status] = p["status"]["containerStatuses"]
+    container = status["containerID"].split("://")[1]
+    root = chart.node(node).lay.cgroup_root.lstrip("/")
+    for mountpoint, _ in cgroup_mounts():
+        for procs in (mountpoint / root).glob(
+            f"kubepods*/**/pod{p['metadata']['uid']}/{container}/cgroup.procs"
+        ):
+            for pid in procs.read_text().split():
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if any(b"dra-driver" in part for part in cmdline[:2]):
+                    return int(pid)
+    raise LookupError(f"no driver process in {p['metadata']['name']} on {node}")
+
+
+def restarts(chart: ChartCluster, node: str) -> int:
+    [status] = chart.driver_pod(node)["status"]["containerStatuses"]
+    return int(status["restartCount"])
+
+
+def _with_disruption(
+    chart: ChartCluster,
+    kns: str,
+    disrupt: Callable[[str], Any],
+    recovered: Callable[[str, Any], bool],
+    timeout: float,
+) -> None:
+    chart.api.apply(template("veth", {"kind": "veth", "interfaceName": "net1", "mtu": 1300}), kns)
+    for node in chart.node_names:
+        chart.api.apply(pinned(pod(f"before-{node}", ["veth"]), node), kns)
+    for node in chart.node_names:
+        chart.api.wait_running(kns, f"before-{node}")
+    tokens = {node: disrupt(node) for node in chart.node_names}
+    for node in chart.node_names:
+        wait_for(
+            f"the driver on {node} to recover",
+            lambda n=node: recovered(n, tokens[n]),
+            timeout,
+            log=chart.describe_drivers,
+        )
+        chart.driver_pod(node)  # Ready again
+    for node in chart.node_names:
+        assert via_exec(chart.kubectl, kns, f"before-{node}", "app")["net1"].mtu == 1300
+        chart.api.apply(pinned(pod(f"after-{node}", ["veth"]), node), kns)
+    for node in chart.node_names:
+        chart.api.wait_running(kns, f"after-{node}")
+        assert via_exec(chart.kubectl, kns, f"after-{node}", "app")["net1"].mtu == 1300
+        chart.api.delete_and_wait(kns, f"before-{node}")
+    for node in chart.node_names:
+        held = chart.held(node)
+        assert len(held.records) == 1, (node, held)  # only the after- pod's claim
+
+
+def test_a_frozen_driver_is_restarted_by_its_liveness_probe(chart: ChartCluster, kns: str):
+    def freeze(node: str) -> int:
+        before = restarts(chart, node)
+        os.kill(driver_pid(chart, node), signal.SIGSTOP)
+        return before
+
+    _with_disruption(
+        chart, kns, freeze, lambda n, before: restarts(chart, n) > before, PROBE_RESTART
+    )
+    for node in chart.node_names:
+        pod_name = chart.driver_pod(node)["metadata"]["name"]
+        reasons = {e.get("reason") for e in chart.api.events(NAMESPACE, pod_name)}
+        assert "Unhealthy" in reasons, reasons
+
+
+def test_a_killed_driver_container_is_restarted(chart: ChartCluster, kns: str):
+    def kill(node: str) -> int:
+        before = restarts(chart, node)
+        os.kill(driver_pid(chart, node), signal.SIGKILL)
+        return before
+
+    _with_disruption(chart, kns, kill, lambda n, before: restarts(chart, n) > before, 60)
+
+
+def test_a_deleted_driver_pod_is_replaced(chart: ChartCluster, kns: str):
+    def delete(node: str) -> str:
+        old = chart.driver_pod(node)["metadata"]["name"]
+        chart.api.delete_pod(NAMESPACE, old)
+        return old
+
+    def replaced(node: str, old: str) -> bool:
+        names = {
+            p["metadata"]["name"] for p in chart.driver_pods() if p["spec"].get("nodeName") == node
+        }
+        return old not in names and len(names) == 1
+
+    _with_disruption(chart, kns, delete, replaced, 90)
