@@ -29,6 +29,7 @@ from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import CDI, NRI, HandlerContext
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel.linkreaper import LinkReaper
+from dradriver.kubelet.readiness import ReadyFile
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
 from dradriver.nri import NriPlugin
@@ -91,23 +92,21 @@ def limit_malloc_arenas() -> None:
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, MALLOC_ARENA_MAX)
 
 
-def run(settings: Settings) -> int:
-    """Run the driver until a termination signal; return the exit code."""
-    started = time.monotonic()
-    log.setup(settings.log_level)
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    return stop
 
-    registry = HandlerRegistry()
-    schema = ConfigSchema(registry, settings.driver_name, settings.macvlan_global_macs)
-    api = KubeApi(settings.kubeconfig)
-    context = context_of(settings, api.server)
-    records = RecordStore(settings.state_dir)
+
+def make_directories(settings: Settings) -> None:
+    """The CDI and state directories; a failure is logged and the driver goes on (each
+    claim that needs them says what is wrong)."""
     for directory in (settings.cdi_dir, settings.state_dir):
         try:
             directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # keep serving: each claim that needs it says what is wrong
+        except OSError as exc:
             event(
                 logger,
                 logging.ERROR,
@@ -115,6 +114,21 @@ def run(settings: Settings) -> int:
                 directory=str(directory),
                 error=exc,
             )
+
+
+def run(settings: Settings) -> int:
+    """Run the driver until a termination signal; return the exit code."""
+    started = time.monotonic()
+    log.setup(settings.log_level)
+    stop = stop_on_signals()
+
+    ready = ReadyFile.cleared(settings.ready_file)
+    registry = HandlerRegistry()
+    schema = ConfigSchema(registry, settings.driver_name, settings.macvlan_global_macs)
+    api = KubeApi(settings.kubeconfig)
+    context = context_of(settings, api.server)
+    records = RecordStore(settings.state_dir)
+    make_directories(settings)
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
     metrics = Metrics()
@@ -180,7 +194,7 @@ def run(settings: Settings) -> int:
         settings.node_name,
         preparer,
         inventory.devices,
-        on_registered=publisher.trigger,
+        on_registered=ready.marking(publisher.trigger),
         budget_cap=settings.call_budget,
     )
     status.start()
@@ -207,6 +221,7 @@ def run(settings: Settings) -> int:
                 "NRI mode get no interfaces until it is",
                 socket=str(settings.nri_socket),
             )
+    ready.clear()  # not Ready while it stops
     plugin.stop()  # first: the runtime stops calling this instance (the new one, if any, stays)
     shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS, preparer.reaper)
     publisher.stop()

@@ -35,6 +35,7 @@ class Settings:
     publish_interval: float = 60.0
     metrics_addr: str | None = None
     healthcheck_port: int = -1
+    ready_file: Path | None = None
     call_budget: float = 30.0
     link_deletion_delay: float = 1.0
     parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
@@ -150,6 +151,13 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         type=int,
     )
     flag(
+        "--ready-file",
+        "ready_file",
+        None,
+        "file created once the kubelet has registered this instance and removed when it "
+        "stops, for a readiness probe (off if unset)",
+    )
+    flag(
         "--call-budget",
         "call_budget",
         30.0,
@@ -239,6 +247,7 @@ def from_args(args: argparse.Namespace) -> Settings:
             "publish_interval": float(args.publish_interval),
             "metrics_addr": args.metrics_addr or None,
             "healthcheck_port": int(args.healthcheck_port),
+            "ready_file": Path(args.ready_file) if args.ready_file else None,
             "call_budget": float(args.call_budget),
             "link_deletion_delay": float(args.link_deletion_delay),
             "log_level": args.log_level,

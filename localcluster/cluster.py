@@ -244,12 +244,13 @@ def sweep_cluster(workdir: Path, *, force: bool = False) -> bool:
     state = read_cluster_state(workdir)
     if state is None or (not force and owner_alive(state)):
         return False
+    keep = os.environ.get("NODE_KEEP_WORKDIR") == "1"
     for index in range(1, int(state.get("nodes", 0)) + 1):
         node_dir = workdir / f"n{index}"
         if node_dir.is_dir():
-            sweep_abandoned(node_dir, force=True)
+            sweep_abandoned(node_dir, force=True, keep_workdir=keep)
     kill_netns_processes(str(state["name"]))
     delete_netns(str(state["name"]))
-    if os.environ.get("NODE_KEEP_WORKDIR") != "1":
+    if not keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return True

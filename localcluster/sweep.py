@@ -146,12 +146,14 @@ def sweep(lay: NodeLayout, *, keep_workdir: bool = False) -> None:
         shutil.rmtree(lay.workdir, ignore_errors=True)
 
 
-def sweep_abandoned(workdir: Path, *, force: bool = False) -> NodeLayout | None:
+def sweep_abandoned(
+    workdir: Path, *, force: bool = False, keep_workdir: bool = False
+) -> NodeLayout | None:
     """Sweep the node in `workdir` if the process that started it is gone (killed
     before it could clean up), or with `force`; returns its layout if it did."""
     state = read_state(workdir)
     if state is None or (not force and owner_alive(state)):
         return None
     lay = NodeLayout(str(state["name"]), Path(state["workdir"]))
-    sweep(lay)
+    sweep(lay, keep_workdir=keep_workdir)
     return lay

@@ -43,9 +43,6 @@ DRA_SERVICES = (
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
 )
 HEALTH_POLL_SECONDS = 5.0
-# The grpc.health.v1 service name the chart's readiness probe asks on the health port:
-# SERVING once the kubelet has registered this instance.
-READINESS_SERVICE = "registered"
 DRA_WORKERS = 8
 # The kubelet keeps one health stream per plugin instance (and opens a new one 5 s after
 # one ends): two leave room for a reconnect overlapping a stream not yet seen as gone,
@@ -253,14 +250,8 @@ class KubeletServer:
         self._registration = grpc.server(
             futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="registration")
         )
-        self.registered = threading.Event()
-
-        def registered() -> None:
-            self.registered.set()
-            on_registered()
-
         registration_pb2_grpc.add_RegistrationServicer_to_server(
-            _RegistrationService(driver, paths.service, registered), self._registration
+            _RegistrationService(driver, paths.service, on_registered), self._registration
         )
         self._tcp_health: grpc.Server | None = None
 
@@ -277,7 +268,7 @@ class KubeletServer:
         if healthcheck_port >= 0:
             self._tcp_health = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
             health_pb2_grpc.add_HealthServicer_to_server(
-                _LivenessService(self.paths, self.registered), self._tcp_health
+                _LivenessService(self.paths), self._tcp_health
             )
             self._tcp_health.add_insecure_port(f"[::]:{healthcheck_port}")
             self._tcp_health.start()
@@ -309,18 +300,13 @@ class KubeletServer:
 
 
 class _LivenessService(health_pb2_grpc.HealthServicer):
-    """grpc.health.v1 on TCP for the probes: SERVING only if both sockets answer; for
-    the service READINESS_SERVICE (the readiness probe's), also only once the kubelet
-    has registered this instance (so a rolling update removes the old pod only then)."""
+    """grpc.health.v1 on TCP for liveness probes: SERVING only if both sockets answer."""
 
-    def __init__(self, paths: SocketPaths, registered: threading.Event) -> None:
+    def __init__(self, paths: SocketPaths) -> None:
         self._paths = paths
-        self._registered = registered
 
     def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
         status = health_pb2.HealthCheckResponse
-        if request.service == READINESS_SERVICE and not self._registered.is_set():
-            return status(status=status.NOT_SERVING)
         try:
             with grpc.insecure_channel(f"unix://{self._paths.registration}") as ch:
                 registration_pb2_grpc.RegistrationStub(ch).GetInfo(

@@ -469,6 +469,8 @@ def test_optional_objects_and_metrics(helm, tmp_path):
         "--set",
         "settings.healthcheckPort=-1",
         "--set",
+        "settings.readyFile=",
+        "--set",
         "deviceClasses.rdmaDevices.enabled=false",
     )
     assert "livenessProbe" not in container(off)

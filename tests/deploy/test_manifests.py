@@ -13,7 +13,6 @@ import kubernetes_validate
 import pytest
 from packaging.version import Version
 
-from dradriver.kubelet.server import READINESS_SERVICE
 from tests.deploy.support import (
     DEPLOY,
     DRIVER,
@@ -299,9 +298,11 @@ def test_daemonset_liveness_probe_is_grpc_on_the_healthcheck_port():
     assert "service" not in probe["grpc"], "the daemon serves the overall (empty) service"
 
 
-def test_daemonset_readiness_probe_asks_whether_the_kubelet_registered_the_driver():
+def test_daemonset_readiness_probe_tests_the_drivers_ready_file():
     probe = driver_container()["readinessProbe"]
-    assert probe["grpc"] == {"port": 51515, "service": READINESS_SERVICE}
+    ready = env_value("DRA_READY_FILE")
+    assert probe["exec"]["command"] == ["test", "-e", ready]
+    assert ready and ready.startswith("/tmp/")  # the pod's own emptyDir, not the node's
 
 
 def _quantity_mi(text: str) -> float:

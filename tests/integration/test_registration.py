@@ -2,8 +2,6 @@
 
 import signal
 import socket
-import subprocess
-import sys
 
 import grpc
 import pytest
@@ -85,27 +83,12 @@ def test_empty_prepare_answers_empty(start_driver):
     assert d.prepare([]) == dra_v1_pb2.NodePrepareResourcesResponse()
 
 
-# Asked from inside the driver's network namespace, as the kubelet's probes ask it.
-_PROBE = """
-import sys, grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-with grpc.insecure_channel(f"127.0.0.1:{sys.argv[1]}") as ch:
-    req = health_pb2.HealthCheckRequest(service=sys.argv[2])
-    status = health_pb2_grpc.HealthStub(ch).Check(req, timeout=10).status
-print(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
-"""
-
-
-def test_the_readiness_service_serves_only_once_the_kubelet_registered_it(start_driver, ns):
-    port = "51590"
-    d = start_driver("--healthcheck-port", port)
-
-    def probe(service: str) -> str:
-        argv = ["ip", "netns", "exec", ns, sys.executable, "-c", _PROBE, port, service]
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
-
-    assert probe("") == "SERVING"  # the liveness probe's
-    assert probe("registered") == "NOT_SERVING"  # the readiness probe's, before
+def test_the_ready_file_exists_only_while_registered_with_the_kubelet(start_driver, droot):
+    ready = droot / "ready"
+    ready.write_text("left by a previous container of the pod")
+    d = start_driver("--ready-file", str(ready))
+    assert not ready.exists()  # removed at start, not created before the kubelet says so
     d.notify(True)
-    assert probe("registered") == "SERVING"
-    assert probe("") == "SERVING"
+    wait_for("the ready file", ready.exists, 5, log=d.log)
+    assert d.stop(signal.SIGTERM) == 0
+    assert not ready.exists()

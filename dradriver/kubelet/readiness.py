@@ -1,0 +1,67 @@
+"""The readiness marker: a file that exists exactly while this instance is registered
+with the kubelet and not stopping, for an exec readiness probe (`test -e <file>`).
+
+A probe on the health port cannot tell instances apart: during a rolling update the
+old and the new driver pod of a node share the node's network and so the port, and
+the old one would answer the new one's probe. The file lives in the pod's own /tmp."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from dradriver.base.log import event
+
+log = logging.getLogger(__name__)
+
+
+class ReadyFile:
+    """The marker at `path` (None: no marker, every method does nothing)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    @classmethod
+    def cleared(cls, path: Path | None) -> ReadyFile:
+        """The marker at `path`, removed if a previous container of the pod left it."""
+        ready = cls(path)
+        ready.clear()
+        return ready
+
+    def clear(self) -> None:
+        """Remove the marker (at start: one left by a previous container of the pod)."""
+        if self.path is not None:
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError as exc:
+                event(
+                    log,
+                    logging.ERROR,
+                    "cannot remove the ready file",
+                    path=str(self.path),
+                    error=exc,
+                )
+
+    def marking(self, then: Callable[[], None]) -> Callable[[], None]:
+        """A callback that creates the marker, then calls `then`."""
+
+        def registered() -> None:
+            self.mark()
+            then()
+
+        return registered
+
+    def mark(self) -> None:
+        """Create the marker (the kubelet has registered this instance)."""
+        if self.path is not None:
+            try:
+                self.path.touch()
+            except OSError as exc:
+                event(
+                    log,
+                    logging.ERROR,
+                    "cannot create the ready file: the pod stays not Ready",
+                    path=str(self.path),
+                    error=exc,
+                )
