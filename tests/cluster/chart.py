@@ -48,8 +48,8 @@ class ChartCluster:
 
     @property
     def node_names(self) -> list[str]:
-        """The Nodes' names, in order."""
-        return [n.name for n in self.local.nodes]
+        """The names of the nodes whose kubelet runs, in order."""
+        return [n.name for n in self.local.nodes if n.kubelet is not None and n.kubelet.running()]
 
     def node(self, name: str) -> LocalNode:
         """The local node called `name`."""
@@ -84,7 +84,7 @@ class ChartCluster:
 
         def done() -> bool:
             ds = self.api.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{DAEMONSET}")
-            st, want = ds.get("status") or {}, len(self.local.nodes)
+            st, want = ds.get("status") or {}, len(self.node_names)
             return bool(
                 st.get("observedGeneration") == ds["metadata"]["generation"]
                 and st.get("updatedNumberScheduled") == want
