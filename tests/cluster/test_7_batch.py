@@ -71,6 +71,12 @@ def test_a_128_claim_batch_within_the_memory_limit_and_read_only_root(
     cgroup = memory_cgroup(chart, node)
     assert int((cgroup / "memory.limit_in_bytes").read_text()) == LIMIT
     (cgroup / "memory.max_usage_in_bytes").write_text("0")  # the peak from here on
+    allocated = [
+        f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+        for c in chart.api.get("/apis/resource.k8s.io/v1/resourceclaims")["items"]
+        if (c.get("status") or {}).get("allocation")
+    ]
+    assert not allocated, f"claims of earlier tests still allocated: {allocated}"
     before = scrape(chart, node)
     names = [f"nic{i}" for i in range(1, CLAIMS + 1)]
     for i, name in enumerate(names, 1):
