@@ -1,7 +1,8 @@
 # dra-driver: build, test, and try it on a kind cluster or on a local node.
 #   make            lists the targets
-#   make demo       a real single-node cluster on this machine (no Docker), the driver,
-#                   the examples; until Ctrl-C (or `make demo-down`)
+#   make demo       a real cluster of NODES nodes (default 2) on this machine (no Docker),
+#                   the driver image, its Helm chart, the examples; until Ctrl-C (or
+#                   `make demo-down`)
 #   make all        cluster -> build -> load -> deploy -> network-test -> network-check
 # Needs for the kind targets: docker (an engine), kind, kubectl. CLUSTER=local points
 # network-test, network-check, logs and debug at the running `make demo` node instead.
@@ -26,6 +27,8 @@ HELM_ARGS ?=
 # The chart names its objects after the release (plus -dra-driver unless it has it).
 HELM_DAEMONSET = $(if $(findstring dra-driver,$(RELEASE)),$(RELEASE),$(RELEASE)-dra-driver)
 LOCAL_DIR ?= /tmp/dra-demo
+# Nodes of the `make demo` cluster.
+NODES ?= 2
 # Arguments of `make bench`, e.g. BENCH_ARGS='--only node-churn' (the real node's pod
 # churn runs only when named: a thousand pods take about eleven minutes).
 BENCH_ARGS ?=
@@ -53,7 +56,7 @@ endif
 .DEFAULT_GOAL := help
 .PHONY: help all kind-image cluster check-dummy build load deploy undeploy network-test \
 	network-check restart logs debug clean image test-image unit unit-unprivileged test test-faults lint proto rtnl-fixtures config-policy \
-	test-kernel e2e \
+	test-kernel e2e test-cluster \
 	bench helm manifests helm-lint helm-install helm-uninstall node-build demo demo-down test-node
 
 help: ## list the targets
@@ -144,7 +147,9 @@ restart: ## restart the driver pods (rolling, as an upgrade would)
 
 logs: ## show the driver logs of every node
 ifeq ($(CLUSTER),local)
-	tail -n 200 $(LOCAL_DIR)/driver/*.log
+	@if [ -f $(LOCAL_DIR)/cluster.json ]; then \
+		$(KCTL) -n $(NAMESPACE) logs -l app.kubernetes.io/name=dra-driver --prefix --tail=200; \
+	else tail -n 200 $(LOCAL_DIR)/driver/*.log; fi
 else
 	$(KCTL) -n $(NAMESPACE) logs -l app.kubernetes.io/name=dra-driver --all-containers \
 		--prefix --tail=200 --max-log-requests=10
@@ -204,13 +209,16 @@ node-build: ## build the local node: kubelet + control plane, containerd, runc, 
 	hack/build-k8s.sh
 	hack/build-node.sh
 
-demo: node-build ## a real node here (no Docker): driver, examples, their interfaces; until Ctrl-C
+demo: node-build helm ## a real cluster here (no Docker): image, chart, examples on NODES nodes; until Ctrl-C
 	@$(PYTHON) -c "import dradriver, cryptography, yaml" 2>/dev/null || { echo "make demo:" \
 		"first: python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"; exit 1; }
-	$(PYTHON) -m localcluster demo up --workdir $(LOCAL_DIR)
+	$(PYTHON) -m localcluster demo up --workdir $(LOCAL_DIR) --nodes $(NODES)
 
 demo-down: ## stop the `make demo` node from another terminal (or clean up a killed one)
 	$(PYTHON) -m localcluster demo down --workdir $(LOCAL_DIR)
 
 test-node: node-build ## the node tier: a real kubelet, containerd and runc move interfaces into pods
 	DRA_NODE_REQUIRED=1 $(PYTHON) -m pytest tests/node
+
+test-cluster: node-build helm image ## the cluster tier: the image and the chart's DaemonSet on two real nodes
+	DRA_CLUSTER_REQUIRED=1 $(PYTHON) -m pytest tests/cluster

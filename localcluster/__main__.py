@@ -26,13 +26,14 @@ def parser() -> argparse.ArgumentParser:
     )
     d.add_argument("command", choices=("up", "down"))
     d.add_argument("--workdir", type=Path, default=demo.DEFAULT_WORKDIR)
+    d.add_argument("--nodes", type=int, default=2, help="nodes of the cluster (default 2)")
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the tool the command line names; its exit status."""
     args = parser().parse_args(argv)
-    return demo.main(args.command, args.workdir)
+    return demo.main(args.command, args.workdir, args.nodes)
 
 
 if __name__ == "__main__":

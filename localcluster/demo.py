@@ -1,14 +1,17 @@
-"""`make demo`: the driver on a real single-node cluster on this machine, no Docker.
+"""`make demo`: the driver on a real cluster on this machine, no Docker.
 
-    python -m localcluster demo up   [--workdir /tmp/dra-demo]   (make demo)
-    python -m localcluster demo down [--workdir /tmp/dra-demo]   (make demo-down)
+    python -m localcluster demo up   [--workdir /tmp/dra-demo] [--nodes 2]   (make demo)
+    python -m localcluster demo down [--workdir /tmp/dra-demo]               (make demo-down)
 
-`up` starts the local node (node.py), the driver on it as its DaemonSet would run it
-(driver.py), applies the example workloads of deploy/ (adapted where the kernel lacks
-a kind, see examples.py), waits for them with deploy/network-check.py, prints per pod
-the interfaces it got and its claims' status (report.py), and keeps everything up
-until Ctrl-C, SIGTERM or `down`. `down` stops a running demo from another terminal,
-or removes what a killed one left.
+`up` builds the driver image (`make image`, cached), starts a local cluster of
+`--nodes` nodes (cluster.py) and installs the Helm chart, whose DaemonSet runs the
+driver on every node (chartdemo.py). Where the image cannot be built, it says why and
+falls back to one node with the driver as a host process, as its DaemonSet would run
+it (node.py, driver.py). Either way it applies the example workloads of deploy/
+(adapted where the kernel lacks a kind, see examples.py), waits for them with
+deploy/network-check.py, prints per pod the interfaces it got and its claims' status
+(report.py), and keeps everything up until Ctrl-C, SIGTERM or `down`. `down` stops a
+running demo from another terminal, or removes what a killed one left.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+from . import chartdemo
+from .cluster import read_cluster_state, sweep_cluster
 from .driver import install_driver_objects, start_driver
+from .driverimage import ImageUnavailable
 from .examples import write_examples
 from .images import busybox_version
 from .layout import NodeLayout, owner_alive, read_state
@@ -49,10 +55,8 @@ def kubectl_command(node: LocalNode) -> str:
 
 
 def network_check(node: LocalNode, mode: str, files: list[Path], timeout: int = 180) -> bool:
-    """deploy/network-check.py, the checker `make network-check` runs, against the node."""
-    argv = [sys.executable, str(NETWORK_CHECK), "--kubectl", kubectl_command(node)]
-    argv += ["--timeout", str(timeout), mode, *map(str, files)]
-    return subprocess.run(argv, check=False).returncode == 0
+    """deploy/network-check.py against the lone node."""
+    return network_check_with(kubectl_command(node), mode, files, timeout)
 
 
 def injection_mode(log: str) -> str:
@@ -72,17 +76,44 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def up(workdir: Path) -> int:
+def _running(workdir: Path) -> dict[str, object] | None:
+    """The state of a demo whose owner still runs in `workdir`, or None."""
+    for state in (read_cluster_state(workdir), read_state(workdir)):
+        if state is not None and owner_alive(state):
+            return state
+    return None
+
+
+def up(workdir: Path, nodes: int = 2) -> int:
     """Start the demo in `workdir` and keep it up until interrupted; the exit status."""
-    t_start = time.monotonic()
     # Ctrl-C and a closed terminal stop the demo, even where SIGINT was ignored when it
-    # started (a shell's background job); SIGTERM (make demo-down) is the node's own.
+    # started (a shell's background job); SIGTERM (make demo-down) is the cluster's own.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    state = read_state(workdir)
-    if state is not None and owner_alive(state):
+    if (state := _running(workdir)) is not None:
         say(f"demo: a demo is running already (pid {state['owner_pid']}): make demo-down")
         return 1
+    try:
+        return chartdemo.up(workdir, nodes, network_check_with)
+    except ImageUnavailable as e:
+        say(f"demo: the driver image cannot be built here, so no DaemonSet: {e}")
+        say("demo: falling back to one node with the driver as a host process")
+    except NodeUnavailable as e:
+        say(f"demo: cannot start a cluster here: {e}")
+        return 2
+    return host_process_up(workdir)
+
+
+def network_check_with(kubectl: str, mode: str, files: list[Path], timeout: int = 180) -> bool:
+    """deploy/network-check.py, the checker `make network-check` runs, with `kubectl`."""
+    argv = [sys.executable, str(NETWORK_CHECK), "--kubectl", kubectl]
+    argv += ["--timeout", str(timeout), mode, *map(str, files)]
+    return subprocess.run(argv, check=False).returncode == 0
+
+
+def host_process_up(workdir: Path) -> int:
+    """The fallback: one node, the driver as a host process; until interrupted."""
+    t_start = time.monotonic()
     node = LocalNode(NODE_NAME, workdir)
     try:
         say(f"demo: starting a node in {workdir} (control plane, containerd, kubelet) ...")
@@ -146,7 +177,8 @@ The cluster stays up until Ctrl-C here, or `make demo-down` in another terminal.
 
 def down(workdir: Path, timeout: float = 120) -> int:
     """Stop the demo of `workdir` (or remove what a killed one left); the exit status."""
-    state = read_state(workdir)
+    cluster = read_cluster_state(workdir)
+    state = cluster or read_state(workdir)
     if state is None:
         say(f"demo: no demo in {workdir}")
         return 0
@@ -160,20 +192,23 @@ def down(workdir: Path, timeout: float = 120) -> int:
         if owner_alive(state):
             say(f"demo: pid {pid} still runs after {timeout:.0f} s")
             return 1
-    if workdir.exists():  # the demo was killed, or did not finish its cleanup
+    if cluster is not None:
+        if sweep_cluster(workdir):  # the demo was killed, or did not finish its cleanup
+            say(f"demo: removed what was left in {workdir}")
+    elif workdir.exists():  # the demo was killed, or did not finish its cleanup
         sweep(NodeLayout(str(state["name"]), workdir))
         say(f"demo: removed what was left in {workdir}")
     say("demo: stopped")
     return 0
 
 
-def main(command: str, workdir: Path = DEFAULT_WORKDIR) -> int:
+def main(command: str, workdir: Path = DEFAULT_WORKDIR, nodes: int = 2) -> int:
     """`up` or `down` the demo in `workdir` (as root); the exit status."""
     if os.geteuid() != 0:
         say("demo: needs root (namespaces, cgroups, mounts): run it as root")
         return 2
     if command == "up":
-        return up(workdir)
+        return up(workdir, nodes)
     if command == "down":
         return down(workdir)
     raise ValueError(f"unknown demo command {command!r} (up, down)")

@@ -11,10 +11,29 @@ from typing import Any
 import yaml
 
 from .binaries import REPO_ROOT
+from .driverimage import repository_and_tag
+from .images import Image
 from .manifests import DEPLOY
 
 BUILD = REPO_ROOT / "hack" / "build-helm.sh"
 CHART = DEPLOY / "helm" / "dra-driver"
+NAMESPACE = "dra-system"  # deploy/namespace.yaml's, labelled for privileged pods
+RELEASE = "dra-driver"
+
+
+def operator_values(image: Image, **settings: Any) -> dict[str, Any]:
+    """The values an operator sets on a local cluster: the image (imported into the
+    nodes, never pulled) and the one path of its layout that is not the chart's
+    default (containerd's second CDI directory, /var/run/cdi); `settings` go under
+    `settings`."""
+    repo, tag = repository_and_tag(image.name)
+    values: dict[str, Any] = {
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+        "hostPaths": {"cdiDir": "/var/run/cdi"},
+    }
+    if settings:
+        values["settings"] = settings
+    return values
 
 
 def helm_env(home: Path, kubeconfig: Path | None = None) -> dict[str, str]:

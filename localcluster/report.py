@@ -103,7 +103,8 @@ def describe(node: LocalNode, docs: list[dict[str, Any]]) -> str:
         for pod in pods:
             pname = pod["metadata"]["name"]
             phase = (pod.get("status") or {}).get("phase")
-            out.append(f"{name}: pod {pname} {phase}")
+            where = f" on {pod['spec']['nodeName']}" if pod["spec"].get("nodeName") else ""
+            out.append(f"{name}: pod {pname} {phase}{where}")
             if phase == "Running":
                 ifaces = via_exec(node.kubectl, pod["metadata"]["namespace"], pname, app)
                 out.append(f"    interfaces inside the pod (kubectl exec -c {app}):")

@@ -9,32 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from localcluster.cluster import LocalCluster
-from localcluster.driverimage import repository_and_tag
-from localcluster.helmrelease import Release
+from localcluster.helmrelease import NAMESPACE, Release
 from localcluster.images import Image
 from localcluster.node import LocalNode
 from tests.node.cluster import NodeCluster
 from tests.node.leftovers import DriverState, driver_state
 from tests.support.waiting import wait_for
 
-NAMESPACE = "dra-system"
-RELEASE = "dra-driver"
 DAEMONSET = "dra-driver"  # the chart's full name for this release
 SELECTOR = "app.kubernetes.io/name=dra-driver"
-
-
-def operator_values(image: Image, **settings: Any) -> dict[str, Any]:
-    """The values an operator sets for this cluster: the image (imported, never pulled)
-    and the one path of this layout that is not the chart's default (containerd's
-    second CDI directory); `settings` go under `settings`."""
-    repo, tag = repository_and_tag(image.name)
-    values: dict[str, Any] = {
-        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
-        "hostPaths": {"cdiDir": "/var/run/cdi"},
-    }
-    if settings:
-        values["settings"] = settings
-    return values
 
 
 class ChartCluster:

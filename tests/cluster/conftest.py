@@ -24,11 +24,11 @@ from localcluster.apiclient import dns_label
 from localcluster.binaries import default_binaries, missing
 from localcluster.cluster import LocalCluster, sweep_cluster
 from localcluster.driverimage import ImageUnavailable, build_driver_image
-from localcluster.helmrelease import Release, build_helm
+from localcluster.helmrelease import NAMESPACE, RELEASE, Release, build_helm, operator_values
 from localcluster.manifests import DEPLOY
 from tests.support import netns
 
-from .chart import NAMESPACE, RELEASE, ChartCluster, operator_values
+from .chart import ChartCluster
 
 PREFIX = "dratest-mn-"
 NODES = 2

@@ -10,10 +10,11 @@ import time
 import pytest
 
 from localcluster.apiclient import ApiError
+from localcluster.helmrelease import NAMESPACE
 from tests.e2e.cluster import SLICES
 from tests.support.driverproc import DRIVER
 
-from .chart import NAMESPACE, ChartCluster, elapsed_since
+from .chart import ChartCluster, elapsed_since
 
 # The chart's probe: initialDelaySeconds 10, periodSeconds 10.
 PROBED_AFTER = 25.0

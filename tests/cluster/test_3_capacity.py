@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from localcluster.helmrelease import operator_values
 from localcluster.podnet import via_exec
 from tests.node.scenario import pod, template
 from tests.support.waiting import wait_for
 
-from .chart import ChartCluster, operator_values
+from .chart import ChartCluster
 
 SLOTS = 2
 

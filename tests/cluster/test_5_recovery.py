@@ -11,12 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from localcluster.helmrelease import NAMESPACE
 from localcluster.namespaces import cgroup_mounts
 from localcluster.podnet import via_exec
 from tests.node.scenario import pod, template
 from tests.support.waiting import wait_for
 
-from .chart import NAMESPACE, ChartCluster, pinned
+from .chart import ChartCluster, pinned
 
 # The chart's probe: a failure every 10 s, 3 in a row, each up to 5 s: under a minute.
 PROBE_RESTART = 90.0

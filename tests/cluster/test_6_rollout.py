@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass, field
 
 from localcluster.driverimage import build_driver_image
+from localcluster.helmrelease import NAMESPACE, operator_values
 from localcluster.podnet import via_exec
 from tests.node.scenario import pod, template
 
-from .chart import NAMESPACE, ChartCluster, _ready, operator_values, pinned
+from .chart import ChartCluster, _ready, pinned
 
 ROLLOUT_IMAGE = "dra-driver:rollout"
 POD_TIMEOUT = 60.0

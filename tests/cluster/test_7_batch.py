@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from localcluster.helmrelease import NAMESPACE, operator_values
 from localcluster.namespaces import cgroup_mounts
 from localcluster.podnet import via_exec
 from tests.node.scenario import pod, template
 
-from .chart import NAMESPACE, ChartCluster, operator_values, pinned
+from .chart import ChartCluster, pinned
 
 PODS, CLAIMS = 8, 16  # 128 claims: every slot of the node's netdev-virtual device
 METRICS_PORT = 9400

@@ -4,12 +4,13 @@ an operator would, for the tests that follow."""
 
 from __future__ import annotations
 
+from localcluster.helmrelease import NAMESPACE, operator_values
 from tests.e2e.cluster import SLICES
 from tests.node.scenario import pod, template
 from tests.support.driverproc import DRIVER
 from tests.support.waiting import wait_for
 
-from .chart import NAMESPACE, ChartCluster, operator_values, pinned
+from .chart import ChartCluster, pinned
 
 
 def test_uninstall_removes_the_release_and_leaves_no_trace(chart: ChartCluster, kns: str):
