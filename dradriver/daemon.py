@@ -47,7 +47,7 @@ DRAIN_SLACK_SECONDS = 10.0
 # How long the NRI plugin may take to be accepted by the runtime at start (it takes
 # milliseconds when NRI is on); auto mode falls back to CDI after it.
 NRI_REGISTRATION_WAIT = 5.0
-NRI_NAG_SECONDS = 30.0  # how often a plugin that is needed but not connected is reported
+NAG_SECONDS = 30.0  # how often what keeps the driver from working is reported
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), each
 # keeping freed memory: with ~25 threads that was 1.4 MB more resident after the first
 # calls. Two arenas serve a process whose Python code runs one thread at a time anyway.
@@ -114,6 +114,29 @@ def make_directories(settings: Settings) -> None:
                 directory=str(directory),
                 error=exc,
             )
+
+
+def nag(settings: Settings, nri_lost: bool, registered: bool) -> None:
+    """Report what keeps the driver from working (every NAG_SECONDS)."""
+    if nri_lost:
+        event(
+            logger,
+            logging.ERROR,
+            "the NRI plugin is not connected to the runtime: pods of claims prepared in "
+            "NRI mode get no interfaces until it is",
+            socket=str(settings.nri_socket),
+        )
+    if not registered:
+        event(
+            logger,
+            logging.ERROR,
+            "the kubelet has not registered the driver: no pod can get a claim of it on this "
+            "node. The kubelet looks for registration sockets in <its --root-dir>/"
+            "plugins_registry: is --kubelet-registry-dir (the chart's "
+            "hostPaths.kubeletRegistryDir) that directory, and --kubelet-plugins-dir its "
+            "plugins directory?",
+            registry=str(settings.kubelet_registry_dir),
+        )
 
 
 def run(settings: Settings) -> int:
@@ -212,15 +235,8 @@ def run(settings: Settings) -> int:
         driver=settings.driver_name,
         startup_seconds=round(time.monotonic() - started, 3),
     )
-    while not stop.wait(NRI_NAG_SECONDS):
-        if plugin_needed and not plugin.connected:
-            event(
-                logger,
-                logging.ERROR,
-                "the NRI plugin is not connected to the runtime: pods of claims prepared in "
-                "NRI mode get no interfaces until it is",
-                socket=str(settings.nri_socket),
-            )
+    while not stop.wait(NAG_SECONDS):
+        nag(settings, plugin_needed and not plugin.connected, ready.registered.is_set())
     ready.clear()  # not Ready while it stops
     plugin.stop()  # first: the runtime stops calling this instance (the new one, if any, stays)
     shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS, preparer.reaper)

@@ -8,6 +8,7 @@ the old one would answer the new one's probe. The file lives in the pod's own /t
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ class ReadyFile:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
+        self.registered = threading.Event()  # set once the kubelet has registered us
 
     @classmethod
     def cleared(cls, path: Path | None) -> ReadyFile:
@@ -47,6 +49,7 @@ class ReadyFile:
         """A callback that creates the marker, then calls `then`."""
 
         def registered() -> None:
+            self.registered.set()
             self.mark()
             then()
 

@@ -301,7 +301,9 @@ def test_daemonset_liveness_probe_is_grpc_on_the_healthcheck_port():
 def test_daemonset_readiness_probe_tests_the_drivers_ready_file():
     probe = driver_container()["readinessProbe"]
     ready = env_value("DRA_READY_FILE")
-    assert probe["exec"]["command"] == ["test", "-e", ready]
+    sh, c, script = probe["exec"]["command"]
+    assert (sh, c) == ("sh", "-c") and script.startswith(f"test -e {ready} || ")
+    assert "kubeletRegistryDir" in script  # what `kubectl describe pod` shows when it fails
     assert ready and ready.startswith("/tmp/")  # the pod's own emptyDir, not the node's
 
 
