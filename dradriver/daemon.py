@@ -28,7 +28,9 @@ from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import CDI, NRI, HandlerContext
 from dradriver.contract.registry import HandlerRegistry
+from dradriver.kernel import netlink
 from dradriver.kernel.linkreaper import LinkReaper
+from dradriver.kit import sysfs
 from dradriver.kubelet.readiness import ReadyFile
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
@@ -139,6 +141,31 @@ def nag(settings: Settings, nri_lost: bool, registered: bool) -> None:
         )
 
 
+def check_allow_lists(settings: Settings) -> None:
+    """Warn about allow-list patterns no interface of this node matches: the claims that
+    need such an interface fail at prepare, which the operator should hear at start."""
+    try:
+        names = [link.name for link in netlink.links()]
+    except OSError as exc:
+        event(logger, logging.WARNING, "cannot list the node's interfaces", error=exc)
+        return
+    lists = {
+        "--virtual-parents": settings.virtual_parents,
+        "--parent-interfaces": settings.parent_interfaces,
+        "--sriov-pfs": settings.sriov_pfs,
+    }
+    for flag, patterns in lists.items():
+        for pattern in sysfs.unmatched(patterns, names):
+            event(
+                logger,
+                logging.WARNING,
+                f"no interface of this node matches {flag} pattern: the claims that need "
+                "one fail at prepare on this node",
+                pattern=pattern,
+                interfaces=",".join(sorted(names)),
+            )
+
+
 def run(settings: Settings) -> int:
     """Run the driver until a termination signal; return the exit code."""
     started = time.monotonic()
@@ -152,6 +179,7 @@ def run(settings: Settings) -> int:
     context = context_of(settings, api.server)
     records = RecordStore(settings.state_dir)
     make_directories(settings)
+    check_allow_lists(settings)
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
     metrics = Metrics()

@@ -117,6 +117,12 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def unmatched(patterns: Iterable[str], names: Iterable[str]) -> list[str]:
+    """The patterns no name matches (an allow-list entry naming nothing on this node)."""
+    names = list(names)
+    return [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+
+
 def default_route_interfaces(proc: Path = Path("/proc")) -> set[str]:
     """Interfaces holding a default route (IPv4 or IPv6): the node's primary interfaces."""
     found = set()

@@ -1,8 +1,9 @@
 """A chart value that cannot work on this cluster ends in a message an operator finds:
-with a kubelet registry directory the kubelet does not watch, the new driver pods
-never become Ready, `kubectl describe` shows the readiness probe's message naming the
-value, the driver's log says what is wrong, nothing crash-loops, and the old pods keep
-serving (maxUnavailable 0) until the value is fixed."""
+a virtual parent no node has is a warning in the driver's log at start; with a kubelet
+registry directory the kubelet does not watch, the new driver pods never become Ready,
+`kubectl describe` shows the readiness probe's message naming the value, the driver's
+log says what is wrong, nothing crash-loops, and the old pods keep serving
+(maxUnavailable 0) until the value is fixed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def wrong_registry(chart: ChartCluster) -> Iterator[set[str]]:
     old = {p["metadata"]["name"] for p in chart.driver_pods()}
     values = operator_values(chart.image)
     values["hostPaths"]["kubeletRegistryDir"] = WRONG
+    values["settings"] = {"virtualParents": ["eth0", "eth9"]}  # no node has an eth9
     chart.release.install(values, upgrade=True)
     try:
         yield old
@@ -65,6 +67,9 @@ def test_a_wrong_kubelet_registry_dir_is_reported_and_the_old_pods_keep_serving(
 
     line = wait_for("the driver's error", logged, 60)
     assert "level=error" in line and f"registry={WRONG}" in line
+    log = chart.driver_log(chart.api.pod(NAMESPACE, name))
+    [warning] = [ln for ln in log.splitlines() if "matches --virtual-parents pattern" in ln]
+    assert "level=warning" in warning and "pattern=eth9" in warning and "eth0" in warning
     pod = chart.api.pod(NAMESPACE, name)
     [status] = pod["status"]["containerStatuses"]
     assert not status["ready"] and status["restartCount"] == 0, status  # no crash loop
