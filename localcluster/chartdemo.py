@@ -17,6 +17,7 @@ from .examples import write_examples
 from .helmrelease import NAMESPACE, RELEASE, Release, build_helm, operator_values
 from .images import Image, busybox_version
 from .manifests import DEPLOY
+from .node import LocalNode
 from .report import describe
 from .waiting import wait_for
 
@@ -57,6 +58,27 @@ def driver_pods(cluster: LocalCluster) -> str:
     )
 
 
+def run_examples(
+    node: LocalNode, workdir: Path, nodes: int, wait: Callable[[list[Path]], bool]
+) -> tuple[bool, float]:
+    """Apply deploy/'s examples (adapted, once per node), wait for them with `wait`
+    (deploy/network-check.py), print each pod; whether all came up, and how long it took."""
+    say(f"demo: busybox:1.37.0 here is Debian's busybox-static {busybox_version()}")
+    examples = write_examples(workdir / "examples", nodes=nodes)
+    for note in examples.notes:
+        say(f"demo: {note}")
+    t0 = time.monotonic()
+    for path in examples.files:
+        node.apply(path)
+    say("demo: example workloads applied; waiting for them (deploy/network-check.py wait)")
+    ok = wait(examples.files)
+    seconds = time.monotonic() - t0
+    say()
+    say(describe(node, examples.docs))
+    say()
+    return ok, seconds
+
+
 def install_chart(cluster: LocalCluster, image: Image, helm: Path) -> float:
     """Import the image into every node and install the chart as an operator would,
     until its DaemonSet runs Ready on every node; the seconds it took."""
@@ -91,20 +113,10 @@ def up(workdir: Path, nodes: int, network_check: Callable[[str, str, list[Path]]
         t_driver = install_chart(cluster, image, helm)
         say(f"demo: driver pods Ready (registered with their kubelets) after {t_driver:.1f} s:")
         say(driver_pods(cluster))
-        say(f"demo: busybox:1.37.0 here is Debian's busybox-static {busybox_version()}")
-        examples = write_examples(workdir / "examples", nodes=nodes)
-        for note in examples.notes:
-            say(f"demo: {note}")
-        t0 = time.monotonic()
-        for path in examples.files:
-            cluster.apply(path)
-        say("demo: example workloads applied, one pod per node each; waiting for them")
         kubectl = kubectl_command(cluster)
-        ok = network_check(kubectl, "wait", examples.files)
-        t_examples = time.monotonic() - t0
-        say()
-        say(describe(cluster.nodes[0], examples.docs))
-        say()
+        ok, t_examples = run_examples(
+            cluster.nodes[0], workdir, nodes, lambda files: network_check(kubectl, "wait", files)
+        )
         total = time.monotonic() - t_start
         say(
             f"demo: bring-up {total:.1f} s: image {t_image:.1f} s, cluster "

@@ -25,25 +25,18 @@ import time
 from pathlib import Path
 
 from . import chartdemo
+from .chartdemo import say
 from .cluster import read_cluster_state, sweep_cluster
 from .driver import install_driver_objects, start_driver
 from .driverimage import ImageUnavailable
-from .examples import write_examples
-from .images import busybox_version
 from .layout import NodeLayout, owner_alive, read_state
 from .manifests import DEPLOY
 from .node import LocalNode, NodeUnavailable
-from .report import describe
 from .sweep import sweep
 
 NODE_NAME = "dra-demo"
 DEFAULT_WORKDIR = Path("/tmp/dra-demo")
 NETWORK_CHECK = DEPLOY / "network-check.py"
-
-
-def say(text: str = "") -> None:
-    """Print a line of the demo's story at once."""
-    print(text, flush=True)
 
 
 def kubectl_command(node: LocalNode) -> str:
@@ -137,19 +130,9 @@ def host_process_up(workdir: Path) -> int:
             f"(host process, pod dra-system/{driver.pod_name}, log {driver.log_path})"
         )
         say(f"demo: {injection_mode(driver.log())}")
-        say(f"demo: busybox:1.37.0 here is Debian's busybox-static {busybox_version()}")
-        examples = write_examples(workdir / "examples")
-        for note in examples.notes:
-            say(f"demo: {note}")
-        t0 = time.monotonic()
-        for path in examples.files:
-            node.apply(path)
-        say("demo: example workloads applied; waiting for them (deploy/network-check.py wait)")
-        ok = network_check(node, "wait", examples.files)
-        t_examples = time.monotonic() - t0
-        say()
-        say(describe(node, examples.docs))
-        say()
+        ok, t_examples = chartdemo.run_examples(
+            node, workdir, 1, lambda files: network_check(node, "wait", files)
+        )
         total = time.monotonic() - t_start
         say(
             f"demo: bring-up {total:.1f} s: node {t['start_total']:.1f} s, driver "

@@ -28,6 +28,15 @@ def test_a_removed_nodes_slices_go_and_its_nic_pods_come_up_elsewhere(
     chart: ChartCluster, kns: str
 ):
     keep, gone = chart.node_names
+
+    def placement() -> str:
+        return str(
+            [
+                (p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"))
+                for p in chart.api.pods(kns)
+            ]
+        )
+
     chart.api.apply(template("veth", {"kind": "veth", "interfaceName": "net1"}), kns)
     chart.api.apply(deployment("nics", 4), kns)
 
@@ -39,12 +48,7 @@ def test_a_removed_nodes_slices_go_and_its_nic_pods_come_up_elsewhere(
         "4 NIC pods on both nodes",
         spread,
         120,
-        log=lambda: str(
-            [
-                (p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"))
-                for p in chart.api.pods(kns)
-            ]
-        ),
+        log=placement,
     )
     assert chart.api.slices(gone)
 
@@ -61,11 +65,6 @@ def test_a_removed_nodes_slices_go_and_its_nic_pods_come_up_elsewhere(
         "the 4 NIC pods to run on the remaining node",
         moved,
         180,
-        log=lambda: str(
-            [
-                (p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"))
-                for p in chart.api.pods(kns)
-            ]
-        ),
+        log=placement,
     )
     assert chart.api.slices(keep)
