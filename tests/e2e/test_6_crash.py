@@ -3,9 +3,11 @@ middle of a prepare, then started again on the same state."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,11 +62,16 @@ def veth_claim(namespace: str, name: str, index: int) -> dict[str, Any]:
 
 
 def kill_inside_a_claim(d: DriverProcess, node: Node, caller: threading.Thread) -> bool:
-    """SIGKILL the driver the moment it makes an interface once a claim of the call is
-    committed; False if the call ended first.
+    """SIGKILL the driver while a claim has interfaces but no record, once a claim of
+    the call is committed; False if the call ended first.
 
-    The kernel announces each link as it is made, so the kill lands while a claim has
-    interfaces but no record far more often than polling `ip link` would manage."""
+    The kernel announces each link as it is made; at each announcement the driver is
+    frozen (SIGSTOP) and looked at: if an interface without a record exists, the kill
+    lands exactly there, otherwise the driver goes on (SIGCONT) until the next one. A
+    kill sent at the announcement alone races the driver to its record, and lost every
+    time in one CI run."""
+    assert d.proc is not None
+    pid = d.proc.pid
     deadline = time.monotonic() + 30
     start = len(record_uids(d))
     with watching(node.ns) as watch:
@@ -74,10 +81,22 @@ def kill_inside_a_claim(d: DriverProcess, node: Node, caller: threading.Thread) 
             seen += len(events)
             making = any(e.kind == "new" and naming.is_host_ifname(e.name) for e in events)
             if making and len(record_uids(d)) > start:
-                d.stop(signal.SIGKILL)
-                return True
+                os.kill(pid, signal.SIGSTOP)
+                wait_for("the driver to stop", lambda: _state(pid) in ("T", "t", None), 5)
+                if leftovers(node, record_uids(d)):
+                    d.stop(signal.SIGKILL)
+                    return True
+                os.kill(pid, signal.SIGCONT)
             time.sleep(0.001)
     return False
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (/proc/<pid>/stat), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def leftovers(node: Node, committed: set[str]) -> set[str]:
