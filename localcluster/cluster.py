@@ -19,7 +19,6 @@ killed run left.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 from .binaries import Binaries, default_binaries, missing
 from .controlplane import DRA_FEATURE_GATES, ControlPlane
 from .images import Image
-from .layout import GATEWAY_IP, MAX_NODES, owner_alive, process_start
+from .layout import GATEWAY_IP, MAX_NODES, owner_alive, read_owner_state, write_owner_state
 from .network import create_cluster_netns, delete_netns
 from .node import LocalNode, NodeUnavailable
 from .procs import SigtermAsInterrupt
@@ -125,7 +124,7 @@ class LocalCluster:
         if self.workdir.exists() and any(self.workdir.iterdir()):
             raise FileExistsError(f"cluster work directory {self.workdir} is in use")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._write_state()
+        write_owner_state(self.workdir / STATE, self.name, self.workdir, nodes=self.count)
         self._started = True
         atexit.register(self.stop)
         self._sigterm.install()
@@ -167,18 +166,6 @@ class LocalCluster:
         t0 = time.monotonic()
         fn()
         self.timings[what] = time.monotonic() - t0
-
-    def _write_state(self) -> None:
-        state = {
-            "name": self.name,
-            "workdir": str(self.workdir),
-            "nodes": self.count,
-            "owner_pid": os.getpid(),
-            "owner_start": process_start(os.getpid()),
-        }
-        tmp = self.workdir / f"{STATE}.tmp"
-        tmp.write_text(json.dumps(state, indent=1) + "\n")
-        tmp.replace(self.workdir / STATE)
 
     def stop(self) -> None:
         """Stop every node, then the control plane; remove every trace. Idempotent."""
@@ -231,10 +218,7 @@ class LocalCluster:
 
 def read_cluster_state(workdir: Path) -> dict[str, Any] | None:
     """What a cluster recorded in `workdir`, or None."""
-    try:
-        return dict(json.loads((workdir / STATE).read_text()))
-    except (FileNotFoundError, ValueError):
-        return None
+    return read_owner_state(workdir / STATE)
 
 
 def sweep_cluster(workdir: Path, *, force: bool = False) -> bool:

@@ -240,26 +240,37 @@ class ClusterNodeLayout(NodeLayout):
         return Path("/var/run/nri/nri.sock")
 
 
-def write_state(lay: NodeLayout, **extra: Any) -> None:
-    """Record who owns the node and what it is made of (read by `read_state`)."""
+def write_owner_state(path: Path, name: str, workdir: Path, **extra: Any) -> None:
+    """Record, atomically, who owns a node or cluster and what it is made of (read by
+    `read_owner_state`; `owner_alive` tells whether the owner still runs)."""
     state = {
-        "name": lay.name,
-        "workdir": str(lay.workdir),
+        "name": name,
+        "workdir": str(workdir),
         "owner_pid": os.getpid(),
         "owner_start": process_start(os.getpid()),
         **extra,
     }
-    tmp = lay.state_file.with_suffix(".tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=1) + "\n")
-    tmp.replace(lay.state_file)
+    tmp.replace(path)
+
+
+def read_owner_state(path: Path) -> dict[str, Any] | None:
+    """The state recorded at `path`, or None."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_state(lay: NodeLayout, **extra: Any) -> None:
+    """Record who owns the node and what it is made of (read by `read_state`)."""
+    write_owner_state(lay.state_file, lay.name, lay.workdir, **extra)
 
 
 def read_state(workdir: Path) -> dict[str, Any] | None:
     """The state a node left in `workdir`, or None."""
-    try:
-        return dict(json.loads((workdir / "node.json").read_text()))
-    except (FileNotFoundError, ValueError):
-        return None
+    return read_owner_state(workdir / "node.json")
 
 
 def process_start(pid: int) -> int | None:

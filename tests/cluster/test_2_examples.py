@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from localcluster.chartdemo import kubectl_command
 from localcluster.examples import Examples, write_examples
 from localcluster.manifests import DEPLOY
 from localcluster.podnet import via_exec
@@ -22,17 +23,15 @@ from .chart import ChartCluster
 HARDWARE = {"rdma-devices", "roce-devices", "network-devices"}
 
 
-def kubectl_command(chart: ChartCluster) -> str:
-    """kubectl for the host, as admin (what a user's shell would hold)."""
-    local = chart.local
-    cache = local.control_plane.kubectl_cache
-    return f"{local.bins.kubectl()} --kubeconfig {local.kubeconfig} --cache-dir {cache}"
-
-
 def network_check(
     chart: ChartCluster, mode: str, files: list[Path]
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, str(DEPLOY / "network-check.py"), "--kubectl", kubectl_command(chart)]
+    argv = [
+        sys.executable,
+        str(DEPLOY / "network-check.py"),
+        "--kubectl",
+        kubectl_command(chart.local),
+    ]
     return subprocess.run(
         [*argv, "--timeout", "180", mode, *map(str, files)],
         capture_output=True,
