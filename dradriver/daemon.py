@@ -28,14 +28,13 @@ from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import CDI, NRI, HandlerContext
 from dradriver.contract.registry import HandlerRegistry
-from dradriver.kernel import netlink
 from dradriver.kernel.linkreaper import LinkReaper
-from dradriver.kit import sysfs
 from dradriver.kubelet.readiness import ReadyFile
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
 from dradriver.nri import NriPlugin
 from dradriver.nrimode.sandboxes import PodSandboxes
+from dradriver.selfcheck import check_allow_lists, keep_reporting, reporter_for
 from dradriver.settings import Settings
 from dradriver.state.injection import AUTO
 from dradriver.state.recordstore import RecordStore
@@ -49,7 +48,6 @@ DRAIN_SLACK_SECONDS = 10.0
 # How long the NRI plugin may take to be accepted by the runtime at start (it takes
 # milliseconds when NRI is on); auto mode falls back to CDI after it.
 NRI_REGISTRATION_WAIT = 5.0
-NAG_SECONDS = 30.0  # how often what keeps the driver from working is reported
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), each
 # keeping freed memory: with ~25 threads that was 1.4 MB more resident after the first
 # calls. Two arenas serve a process whose Python code runs one thread at a time anyway.
@@ -118,54 +116,6 @@ def make_directories(settings: Settings) -> None:
             )
 
 
-def nag(settings: Settings, nri_lost: bool, registered: bool) -> None:
-    """Report what keeps the driver from working (every NAG_SECONDS)."""
-    if nri_lost:
-        event(
-            logger,
-            logging.ERROR,
-            "the NRI plugin is not connected to the runtime: pods of claims prepared in "
-            "NRI mode get no interfaces until it is",
-            socket=str(settings.nri_socket),
-        )
-    if not registered:
-        event(
-            logger,
-            logging.ERROR,
-            "the kubelet has not registered the driver: no pod can get a claim of it on this "
-            "node. The kubelet looks for registration sockets in <its --root-dir>/"
-            "plugins_registry: is --kubelet-registry-dir (the chart's "
-            "hostPaths.kubeletRegistryDir) that directory, and --kubelet-plugins-dir its "
-            "plugins directory?",
-            registry=str(settings.kubelet_registry_dir),
-        )
-
-
-def check_allow_lists(settings: Settings) -> None:
-    """Warn about allow-list patterns no interface of this node matches: the claims that
-    need such an interface fail at prepare, which the operator should hear at start."""
-    try:
-        names = [link.name for link in netlink.links()]
-    except OSError as exc:
-        event(logger, logging.WARNING, "cannot list the node's interfaces", error=exc)
-        return
-    lists = {
-        "--virtual-parents": settings.virtual_parents,
-        "--parent-interfaces": settings.parent_interfaces,
-        "--sriov-pfs": settings.sriov_pfs,
-    }
-    for flag, patterns in lists.items():
-        for pattern in sysfs.unmatched(patterns, names):
-            event(
-                logger,
-                logging.WARNING,
-                f"no interface of this node matches {flag} pattern: the claims that need "
-                "one fail at prepare on this node",
-                pattern=pattern,
-                interfaces=",".join(sorted(names)),
-            )
-
-
 def run(settings: Settings) -> int:
     """Run the driver until a termination signal; return the exit code."""
     started = time.monotonic()
@@ -178,8 +128,9 @@ def run(settings: Settings) -> int:
     api = KubeApi(settings.kubeconfig)
     context = context_of(settings, api.server)
     records = RecordStore(settings.state_dir)
+    reporter = reporter_for(settings, api)
     make_directories(settings)
-    check_allow_lists(settings)
+    check_allow_lists(settings, reporter)
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
     metrics = Metrics()
@@ -263,13 +214,20 @@ def run(settings: Settings) -> int:
         driver=settings.driver_name,
         startup_seconds=round(time.monotonic() - started, 3),
     )
-    while not stop.wait(NAG_SECONDS):
-        nag(settings, plugin_needed and not plugin.connected, ready.registered.is_set())
+    keep_reporting(
+        stop,
+        settings,
+        api,
+        reporter,
+        nri_lost=lambda: plugin_needed and not plugin.connected,
+        registered=ready.registered.is_set,
+    )
     ready.clear()  # not Ready while it stops
     plugin.stop()  # first: the runtime stops calling this instance (the new one, if any, stays)
     shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS, preparer.reaper)
     publisher.stop()
     status.stop()
+    reporter.stop()
     return 0
 
 

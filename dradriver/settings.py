@@ -15,7 +15,13 @@ DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"  # NRI's DefaultSocketPath
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 
 # Flags whose environment variable is a Kubernetes convention rather than DRA_<FLAG>.
-_ENV_OVERRIDES = {"node_name": "NODE_NAME", "pod_uid": "POD_UID", "kubeconfig": "KUBECONFIG"}
+_ENV_OVERRIDES = {
+    "node_name": "NODE_NAME",
+    "pod_uid": "POD_UID",
+    "pod_name": "POD_NAME",
+    "pod_namespace": "POD_NAMESPACE",
+    "kubeconfig": "KUBECONFIG",
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class Settings:
     state_dir_override: Path | None = None
     sysfs_root: Path = Path("/sys")
     pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
     virtual_slots: int = 128
     publish_interval: float = 60.0
     metrics_addr: str | None = None
@@ -135,6 +143,8 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
     flag("--cdi-dir", "cdi_dir", "/etc/cdi", "directory for CDI specs")
     flag("--state-dir", "state_dir", None, "allocation records (default <cdi-dir>/<driver>-state)")
     flag("--pod-uid", "pod_uid", None, "UID of this driver pod; enables seamless rolling update")
+    flag("--pod-name", "pod_name", None, "name of this driver pod: Events about it are recorded")
+    flag("--pod-namespace", "pod_namespace", None, "namespace of this driver pod")
     flag(
         "--publish-interval",
         "publish_interval",
@@ -244,6 +254,7 @@ def from_args(args: argparse.Namespace) -> Settings:
             "cdi_dir": Path(args.cdi_dir),
             "state_dir_override": Path(args.state_dir) if args.state_dir else None,
             "pod_uid": args.pod_uid or None,
+            **_pod_settings(args),
             "publish_interval": float(args.publish_interval),
             "metrics_addr": args.metrics_addr or None,
             "healthcheck_port": int(args.healthcheck_port),
@@ -254,6 +265,16 @@ def from_args(args: argparse.Namespace) -> Settings:
             **_nri_settings(args),
         }
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _pod_settings(args: argparse.Namespace) -> dict[str, object]:
+    """--pod-name and --pod-namespace, checked: they reach URLs."""
+    name, namespace = args.pod_name or None, args.pod_namespace or None
+    if name is not None and not naming.is_dns_subdomain(name):
+        raise SystemExit(f"--pod-name must be a Kubernetes object name, got {name!r}")
+    if namespace is not None and not naming.is_dns_label(namespace):
+        raise SystemExit(f"--pod-namespace must be a namespace name, got {namespace!r}")
+    return {"pod_name": name, "pod_namespace": namespace}
 
 
 def _nri_settings(args: argparse.Namespace) -> dict[str, object]:

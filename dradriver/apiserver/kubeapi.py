@@ -176,6 +176,11 @@ class KubeApi:
         )
         return list(result.get("items") or [])
 
+    def list_device_classes(self) -> list[dict[str, Any]]:
+        """Every DeviceClass of the cluster."""
+        result = self.request("GET", f"{RESOURCE_API}/deviceclasses", timeout=10.0)
+        return list(result.get("items") or [])
+
     def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create a ResourceSlice; return what the server stored."""
         result: dict[str, Any] = self.request("POST", f"{RESOURCE_API}/resourceslices", body)

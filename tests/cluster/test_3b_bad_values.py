@@ -1,9 +1,12 @@
-"""A chart value that cannot work on this cluster ends in a message an operator finds:
-a virtual parent no node has is a warning in the driver's log at start; with a kubelet
-registry directory the kubelet does not watch, the new driver pods never become Ready,
-`kubectl describe` shows the readiness probe's message naming the value, the driver's
-log says what is wrong, nothing crash-loops, and the old pods keep serving
-(maxUnavailable 0) until the value is fixed."""
+"""Chart values that cannot work on this cluster end in messages an operator finds in
+the driver pod's log and in `kubectl describe pod`, and never in a crash loop:
+
+- a kubelet registry directory the kubelet does not watch: the new driver pods never
+  become Ready (the readiness probe's message names the value), and the old pods keep
+  serving (maxUnavailable 0) until the value is fixed;
+- a virtual parent no node has: a warning and an Event naming the pattern and the value;
+- DeviceClasses that select another driver name (the chart's own classes off, the
+  operator's with a typo): a warning and an Event naming the driver and the classes."""
 
 from __future__ import annotations
 
@@ -12,11 +15,20 @@ from collections.abc import Iterator
 import pytest
 
 from localcluster.helmrelease import NAMESPACE, operator_values
+from tests.support.driverproc import DRIVER
 from tests.support.waiting import wait_for
 
 from .chart import ChartCluster
 
 WRONG = "/var/lib/kubelet-elsewhere/plugins_registry"
+TYPO = "dra.example.org"  # the operator's DeviceClass names this, the driver is dra.example.com
+REASONS = ("AllowListUnmatched", "NoDeviceClass", "NotRegistered")  # the driver's Events
+OPERATORS_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "operator-nics"},
+    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{TYPO}"'}}]},
+}
 
 
 @pytest.fixture
@@ -27,15 +39,21 @@ def wrong_registry(chart: ChartCluster) -> Iterator[set[str]]:
     values = operator_values(chart.image)
     values["hostPaths"]["kubeletRegistryDir"] = WRONG
     values["settings"] = {"virtualParents": ["eth0", "eth9"]}  # no node has an eth9
-    chart.release.install(values, upgrade=True)
+    values["deviceClasses"] = {
+        name: {"enabled": False}
+        for name in ("networkDevices", "virtualNetwork", "rdmaDevices", "roceDevices")
+    }
+    chart.api.apply(OPERATORS_CLASS)
     try:
+        chart.release.install(values, upgrade=True)
         yield old
     finally:
+        chart.api.delete("/apis/resource.k8s.io/v1/deviceclasses/operator-nics")
         chart.release.install(operator_values(chart.image), upgrade=True)
         chart.wait_rollout()
 
 
-def test_a_wrong_kubelet_registry_dir_is_reported_and_the_old_pods_keep_serving(
+def test_values_that_cannot_work_are_reported_and_the_old_pods_keep_serving(
     chart: ChartCluster, wrong_registry
 ):
     old = wrong_registry
@@ -70,6 +88,28 @@ def test_a_wrong_kubelet_registry_dir_is_reported_and_the_old_pods_keep_serving(
     log = chart.driver_log(chart.api.pod(NAMESPACE, name))
     [warning] = [ln for ln in log.splitlines() if "matches --virtual-parents pattern" in ln]
     assert "level=warning" in warning and "pattern=eth9" in warning and "eth0" in warning
+
+    # Each as a Warning Event on the driver pod, which `kubectl describe` shows.
+    def warned() -> dict[str, str] | None:
+        found = {
+            e["reason"]: e.get("message", "")
+            for e in chart.api.events(NAMESPACE, name)
+            if e.get("type") == "Warning" and e.get("reason") != "Unhealthy"
+        }
+        return found if set(REASONS) <= set(found) else None
+
+    events = wait_for("the driver's Events", warned, 60, log=chart.describe_drivers)
+    assert "--virtual-parents pattern" in events["AllowListUnmatched"]
+    assert "pattern: eth9; value: settings.virtualParents" in events["AllowListUnmatched"]
+    assert f"no DeviceClass selects driver {DRIVER}" in events["NoDeviceClass"]
+    assert f"classes: {TYPO} (operator-nics)" in events["NoDeviceClass"]
+    assert "hostPaths.kubeletRegistryDir" in events["NotRegistered"]
+    described = chart.kubectl("-n", NAMESPACE, "describe", "pod", name).stdout
+    for reason in REASONS:
+        assert reason in described, described
+    log = chart.driver_log(chart.api.pod(NAMESPACE, name))
+    [line] = [ln for ln in log.splitlines() if "no DeviceClass selects driver" in ln]
+    assert "level=warning" in line and f'classes="{TYPO} (operator-nics)"' in line
     pod = chart.api.pod(NAMESPACE, name)
     [status] = pod["status"]["containerStatuses"]
     assert not status["ready"] and status["restartCount"] == 0, status  # no crash loop

@@ -57,6 +57,8 @@ OTHER_NS = "net-system"
 NOT_VALUES = {
     "--node-name": "a pod's node comes from the downward API (spec.nodeName, NODE_NAME)",
     "--pod-uid": "a pod's UID comes from the downward API (metadata.uid, POD_UID)",
+    "--pod-name": "a pod's name comes from the downward API (metadata.name, POD_NAME)",
+    "--pod-namespace": "from the downward API (metadata.namespace, POD_NAMESPACE)",
     "--kubeconfig": "in a pod the driver uses its ServiceAccount token (in-cluster config)",
     "--sysfs-root": "the kernel's /sys, mounted read-only at /sys; only tests move it",
     "--dev-root": "the node's /dev (RDMA devices: /dev/infiniband is mounted); only tests move it",
@@ -426,8 +428,9 @@ def test_renderings_validate_against_kubernetes_schema(helm, tmp_path, variant):
 def test_optional_objects_and_metrics(helm, tmp_path):
     defaults = render(helm)
     assert {d["kind"] for d in defaults} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
     }  # fmt: skip
     [ds] = by_kind(defaults, "DaemonSet")
     assert "annotations" not in ds["spec"]["template"]["metadata"]

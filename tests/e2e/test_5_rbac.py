@@ -6,12 +6,18 @@ it). The driver works with that and nothing more, and cannot touch another node.
 from __future__ import annotations
 
 import copy
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from dradriver import selfcheck
+from dradriver.apiserver.deviceclasses import classes_for
+from dradriver.apiserver.events import EventRecorder, ObjectRef
+from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.settings import Settings
 from localcluster.apiclient import ApiError
 from tests.support.driverproc import DRIVER
 
@@ -122,7 +128,10 @@ def test_deployed_rbac_is_all_the_driver_has(cluster: Cluster) -> None:
             for s in b.get("subjects") or []:
                 if s.get("kind") == "ServiceAccount" and s.get("name") == DRIVER_SA:
                     subjects.append((kind, b["metadata"]["name"], b["roleRef"]["name"]))
-    assert subjects == [("clusterrolebindings", "dra-driver", "dra-driver")]
+    assert sorted(subjects) == [
+        ("clusterrolebindings", "dra-driver", "dra-driver"),
+        ("rolebindings", "dra-driver-events", "dra-driver-events"),
+    ]
 
     # Outside its role, the token gets nothing.
     token = cluster.kubeconfig_token(cluster.driver_kubeconfig)
@@ -131,9 +140,43 @@ def test_deployed_rbac_is_all_the_driver_has(cluster: Cluster) -> None:
         ("GET", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/secrets"),
         ("GET", f"{RESOURCE}/resourceclaims"),
         ("GET", "/api/v1/nodes"),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/default/events"),
+        ("GET", f"/apis/events.k8s.io/v1/namespaces/{DRIVER_NAMESPACE}/events"),
         ("DELETE", f"/api/v1/nodes/{cluster.node}"),
     ]:
         forbidden(lambda m=method, p=path: cluster.cp.request(m, p, token=token))
+
+
+def test_the_driver_reports_what_cannot_work_with_its_own_credentials(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start-up checks with the deployed role: the DeviceClasses of
+    deploy/resourceclass.yaml are read and select the driver's name and not another; an
+    Event on a driver pod is stored where `kubectl describe pod` finds it."""
+    api = KubeApi(str(cluster.driver_kubeconfig))
+    classes = api.list_device_classes()
+    assert len(classes_for(DRIVER, classes)) == 4
+    assert classes_for("dra.example.org", classes) == []
+    pod = ObjectRef("Pod", DRIVER_NAMESPACE, "dra-driver-e2e", str(uuid.uuid4()))
+    reporter = selfcheck.Reporter(EventRecorder(api, DRIVER, cluster.node), pod)
+    renamed = Settings(node_name=cluster.node, driver_name="dra.example.org")
+    with caplog.at_level(logging.WARNING, logger="dradriver"):
+        selfcheck.check_device_classes(renamed, api, reporter)
+        reporter.stop()
+    refused = [r.error for r in caplog.records if r.getMessage() == "cannot record an event"]
+    assert not refused, refused
+    [stored] = wait_for(
+        "the Event",
+        lambda: cluster.get(
+            f"/api/v1/namespaces/{DRIVER_NAMESPACE}/events"
+            f"?fieldSelector=involvedObject.uid={pod.uid}"
+        )["items"],
+    )
+    assert stored["involvedObject"]["name"] == "dra-driver-e2e"
+    assert (stored["type"], stored["reason"]) == ("Warning", "NoDeviceClass")
+    assert stored["message"].startswith("no DeviceClass selects driver dra.example.org")
+    assert f"classes: {DRIVER} (network-devices" in stored["message"]
+    assert stored["reportingComponent"] == f"{DRIVER}/driver"
 
 
 def test_driver_cannot_write_another_nodes_slice(cluster: Cluster, other_node: str) -> None:

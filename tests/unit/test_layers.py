@@ -22,7 +22,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "nrimode": {"base", "kernel", "contract", "state", "apiserver", "claims"},  # sandboxes
     "nri": {"base"},  # the NRI protocol: it knows nothing of claims
     "kubelet": {"base", "contract", "claims"},  # gRPC services, sockets, the instance lock
-    "top": {  # cli, daemon, settings: the wiring, may import every folder
+    "top": {  # cli, daemon, selfcheck, settings: the wiring, may import every folder
         "base", "kernel", "contract", "kit", "state", "admission", "apiserver", "claims",
         "nrimode", "nri", "kubelet", "compat",
     },
@@ -37,7 +37,7 @@ FAMILY_MAY_IMPORT = {
     "dradriver.kernel.netlink",
     "dradriver.kit",
 }
-TOP = {"", "cli", "daemon", "settings", "__main__"}
+TOP = {"", "cli", "daemon", "selfcheck", "settings", "__main__"}
 
 
 def _module_name(path: Path) -> str:
@@ -114,7 +114,7 @@ def test_every_folder_is_a_layer():
     folders = {p.name for p in ROOT.joinpath("dradriver").iterdir() if (p / "__init__.py").exists()}
     assert folders == set(MAY_IMPORT) - {"top", "compat"}
     top = {p.stem for p in ROOT.joinpath("dradriver").glob("*.py")}
-    assert top == {"__init__", "__main__", "_compat", "cli", "daemon", "settings"}
+    assert top == {"__init__", "__main__", "_compat", "cli", "daemon", "selfcheck", "settings"}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

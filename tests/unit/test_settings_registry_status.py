@@ -28,6 +28,8 @@ def test_every_flag_comes_from_the_environment_too(monkeypatch):
         {
             "NODE_NAME": "n1",
             "POD_UID": "u1",
+            "POD_NAME": "dra-driver-x7k2p",
+            "POD_NAMESPACE": "dra-system",
             "KUBECONFIG": "/k",
             "DRA_DRIVER_NAME": "net.example.org",
             "DRA_CDI_DIR": "/c",
@@ -42,6 +44,7 @@ def test_every_flag_comes_from_the_environment_too(monkeypatch):
         "/k",
         "net.example.org",
     )
+    assert (s.pod_name, s.pod_namespace) == ("dra-driver-x7k2p", "dra-system")
     assert s.virtual_slots == 4 and s.parent_interfaces == ("eth1", "ens*")
     assert str(s.state_dir) == "/c/net.example.org-state"
 
@@ -52,6 +55,11 @@ def test_flags_beat_environment_and_bad_values_are_refused(monkeypatch):
         _parse(["--node-name", "n", "--driver-name", "Bad_Name"], {}, monkeypatch)
     with pytest.raises(SystemExit, match="virtual-slots"):
         _parse(["--node-name", "n", "--virtual-slots", "-1"], {}, monkeypatch)
+    # The pod's name and namespace reach the Events API's URL.
+    with pytest.raises(SystemExit, match="--pod-namespace must be a namespace name"):
+        _parse(["--node-name", "n", "--pod-namespace", "../kube-system"], {}, monkeypatch)
+    with pytest.raises(SystemExit, match="--pod-name must be a Kubernetes object name"):
+        _parse(["--node-name", "n", "--pod-name", "a/b"], {}, monkeypatch)
 
 
 class _Handler:
