@@ -9,7 +9,9 @@ start=$(date +%s)
 python=${PYTHON:-.venv/bin/python}
 results=${DRA_VM_CACHE:-.cache/vm}/results/kernel
 rm -rf "$results" && mkdir -p "$results"
+# Two SR-IOV capable igb NICs and an e1000e: tests/kernel/test_emulated_nics.py.
 python3 hack/vm/run.py --timeout "${KERNEL_TIER_TIMEOUT:-1500}" --results-dir "$results" \
+    --nics igb,igb,e1000e \
     --env PYTHONDONTWRITEBYTECODE=1 -- \
     "$python" -m pytest tests/kernel -q -rs -p no:cacheprovider --junitxml "$results/junit.xml"
 rc=$?

@@ -72,6 +72,10 @@ class VfSettings:
     vlan: int | None = None
     trust: bool | None = None
     spoofchk: bool | None = None
+    qos: int | None = None  # the VLAN's priority (802.1p), sent together with `vlan`
+    link_state: Literal["auto", "enable", "disable"] | None = None
+    min_tx_rate: int | None = None  # Mb/s, 0: no minimum; sent together with max_tx_rate
+    max_tx_rate: int | None = None  # Mb/s, 0: no limit
 
 
 class CreateAttrs(TypedDict, total=False):

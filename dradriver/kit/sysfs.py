@@ -11,9 +11,14 @@ import fnmatch
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # fullmatch
 _VIRTFN = re.compile(r"virtfn([0-9]+)")  # fullmatch
+_PCI_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")  # fullmatch: a root complex in devices/
+# The attribute names Kubernetes standardised (k8s.io/dynamic-resource-allocation's
+# deviceattribute package), so one claim can align devices of several drivers.
+STANDARD = "resource.kubernetes.io/"
 
 
 class Sysfs:
@@ -85,6 +90,10 @@ class Sysfs:
                 out[int(match[1])] = target
         return out
 
+    def active_vfs(self, ifname: str) -> int:
+        """How many SR-IOV VFs an interface's PCI function has created (0: none, or no PF)."""
+        return self.read_int("class", "net", ifname, "device", "sriov_numvfs") or 0
+
     def pci_netdevs(self, pci: str) -> list[str]:
         """Interfaces of a PCI function (bus/pci/devices/<pci>/net/*)."""
         return self.listdir("bus", "pci", "devices", pci, "net")
@@ -93,6 +102,29 @@ class Sysfs:
         """The NUMA node of a PCI function, None if unknown."""
         node = self.read_int("bus", "pci", "devices", pci, "numa_node")
         return node if node is not None and node >= 0 else None
+
+    def pcie_root(self, pci: str) -> str | None:
+        """The PCIe root complex (`pci<domain>:<bus>`) above a PCI function: the first
+        directory under devices/ on the way to it."""
+        try:
+            target = self.root.joinpath("bus", "pci", "devices", pci).readlink()
+        except OSError:
+            return None
+        parts = target.parts
+        if "devices" not in parts or parts[-1] != pci:
+            return None
+        root = parts[parts.index("devices") + 1]
+        return root if _PCI_ROOT.fullmatch(root) else None
+
+    def pci_id(self, pci: str, which: str) -> str | None:
+        """A PCI function's `vendor` or `device` ID as four hex digits, as lspci shows it."""
+        value = self.read_int("bus", "pci", "devices", pci, which)
+        return f"{value:04x}" if value is not None and 0 <= value <= 0xFFFF else None
+
+    def link_speed(self, ifname: str) -> int | None:
+        """An interface's link speed in Mb/s, None when it reports none (no link)."""
+        speed = self.read_int("class", "net", ifname, "speed")
+        return speed if speed is not None and 0 < speed < 2**31 - 1 else None
 
     # -- RDMA -----------------------------------------------------------------------------
 
@@ -110,6 +142,19 @@ class Sysfs:
             return parent
         netdevs = self.listdir("class", "infiniband", ibdev, "device", "net")
         return netdevs[0] if netdevs else None
+
+
+def pci_attributes(fs: Sysfs, pci: str) -> dict[str, Any]:
+    """What a PCI function is published with: the standard attributes (bus ID, PCIe
+    root, NUMA node) and its vendor and device IDs; what sysfs does not say is left out."""
+    attrs: dict[str, Any] = {
+        STANDARD + "pciBusID": pci,
+        STANDARD + "pcieRoot": fs.pcie_root(pci),
+        STANDARD + "numaNode": fs.pci_numa_node(pci),
+        "pciVendorID": fs.pci_id(pci, "vendor"),
+        "pciDeviceID": fs.pci_id(pci, "device"),
+    }
+    return {k: v for k, v in attrs.items() if v is not None}
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:

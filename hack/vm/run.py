@@ -171,6 +171,8 @@ def vng_base_args(kenv: KernelEnv, args: argparse.Namespace, kvm: bool) -> list[
         "--cwd",
         str(REPO),
     ]
+    if args.nics:
+        cmd += ["--qemu-opts", " ".join(nic_options(args.nics))]
     if kenv.virtiofsd is None:
         cmd.append("--force-9p")
     if not kvm:
@@ -178,6 +180,21 @@ def vng_base_args(kenv: KernelEnv, args: argparse.Namespace, kvm: bool) -> list[
     if args.verbose:
         cmd.append("--verbose")
     return cmd
+
+
+NIC_MODELS = ("igb", "e1000e")  # SR-IOV capable (82576, 7 VFs) and a plain PCIe NIC
+
+
+def nic_options(models: str) -> list[str]:
+    """qemu options adding one emulated PCI NIC per model in `models` (comma-separated),
+    each on a user-mode network of its own (carrier up, nothing reachable through it)
+    and without an option ROM (nothing boots from them)."""
+    out: list[str] = []
+    for i, model in enumerate(m for m in models.split(",") if m):
+        if model not in NIC_MODELS:
+            raise StepFailed("setup", f"--nics: {model!r} is not one of {', '.join(NIC_MODELS)}", 2)
+        out += [f"-netdev user,id=dranic{i}", f"-device {model},netdev=dranic{i},romfile="]
+    return out
 
 
 def group_members(pgid: int) -> list[tuple[int, str]]:
@@ -487,6 +504,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kvm-probe-timeout", type=float, default=30.0, help="seconds (30)")
     p.add_argument("--reprobe-kvm", action="store_true", help="ignore the cached probe result")
     p.add_argument("--no-setup", action="store_true", help="skip hack/vm/setup.sh (must have run)")
+    p.add_argument(
+        "--nics",
+        default="",
+        help=f"emulated PCI NICs to add, comma-separated models of {', '.join(NIC_MODELS)} "
+        "(needs qemu >= 8, which setup.sh installs)",
+    )
     p.add_argument("--memory", default="2G", help="guest memory (2G)")
     p.add_argument("--cpus", type=int, default=min(2, os.cpu_count() or 1), help="guest CPUs (2)")
     p.add_argument(

@@ -10,7 +10,8 @@
 #   logs/setup-<step>.log    full output of the last run of each step
 #
 # The only things installed on the machine itself are Debian packages
-# (qemu-system-x86, kmod, busybox-static, udev, and `file` if absent) and an empty
+# (qemu-system-x86 from bookworm-backports, whose source it adds, for the igb NIC model;
+# kmod, busybox-static, udev, and `file` if absent) and an empty
 # /usr/lib/modules directory (the guest mounts a tmpfs there); the kernel is
 # NOT installed as the machine's kernel and its modules stay in the cache.
 #
@@ -146,6 +147,34 @@ step_apt() {
     file -L /bin/busybox | grep 'statically linked'
     [ -x /lib/systemd/systemd-udevd ] || [ -x /usr/lib/systemd/systemd-udevd ]
     note "installed ${want[*]}"
+}
+
+# ---------------------------------------------------------------- qemu with igb
+# The emulated NICs (SR-IOV igb, e1000e) need qemu >= 8: Debian 12's qemu (7.2) has no
+# igb model, bookworm-backports' (10.x) has. Added as an apt source of its own, pinned
+# at backports' default priority (100): only packages asked for with -t come from it.
+BACKPORTS_LIST=/etc/apt/sources.list.d/dra-bookworm-backports.sources
+qemu_has_igb() {
+    qemu-system-x86_64 -device help 2>/dev/null | grep -q '"igb"'
+}
+step_qemu_igb() {
+    if qemu_has_igb; then
+        note "$(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}'), igb present"
+        return 0
+    fi
+    if [ ! -f "$BACKPORTS_LIST" ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d; then
+        echo "+ adding bookworm-backports to apt's sources ($BACKPORTS_LIST)"
+        printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' \
+            'Suites: bookworm-backports' 'Components: main' \
+            'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' \
+            | "${SUDO[@]}" tee "$BACKPORTS_LIST" >/dev/null
+    fi
+    APT_UPDATED=0
+    apt_update
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends -t bookworm-backports qemu-system-x86
+    qemu_has_igb || { echo "qemu from bookworm-backports has no igb device model"; return 1; }
+    note "installed $(qemu-system-x86_64 --version | head -n 1 | awk '{print $4}') from bookworm-backports"
 }
 
 # ---------------------------------------------------------------- kernel
@@ -327,6 +356,7 @@ step_virtiofsd() {
 }
 
 step apt_packages step_apt
+step qemu_igb step_qemu_igb
 step resolve_kernel_version step_resolve_kernel
 KPKG=$(cat "$CACHE/.kernel_pkg")
 KVER=${KPKG#linux-image-}

@@ -34,25 +34,39 @@ def discover(context: HandlerContext) -> list[Device]:
         if fs.physfn(ifname) or ifname in behind_rdma:
             continue  # VFs are published by sriov-vf, RDMA netdevs by the rdma plugin
         attrs: dict[str, Any] = {"type": "netdev", "kind": KIND, "interfaceName": ifname}
+        pci = fs.pci_address(ifname)
         for name, value in (
             ("macAddress", fs.read("class", "net", ifname, "address")),
             ("mtu", fs.read_int("class", "net", ifname, "mtu")),
-            ("pciAddress", fs.pci_address(ifname)),
+            ("pciAddress", pci),
             ("numaNode", fs.numa_node(ifname)),
             ("driver", fs.kernel_driver(ifname)),
+            ("linkSpeedMbps", fs.link_speed(ifname)),
         ):
             if value is not None:
                 attrs[name] = value
+        if pci:
+            attrs.update(sysfs.pci_attributes(fs, pci))
         carrier = fs.read("class", "net", ifname, "carrier")
+        vfs = fs.active_vfs(ifname)
+        problem = _has_vfs(ifname, vfs) if vfs else "no carrier" if carrier == "0" else ""
         devices.append(
             Device(
                 naming.published_device_name("nic", ifname),
                 attrs,
-                healthy=carrier != "0",
-                health_message="no carrier" if carrier == "0" else "",
+                healthy=not problem,
+                health_message=problem,
             )
         )
     return devices
+
+
+def _has_vfs(ifname: str, vfs: int) -> str:
+    """Why a PF with VFs is not handed to a pod."""
+    return (
+        f"{ifname} is an SR-IOV PF with {vfs} VFs: in a pod's namespace it would take their "
+        "port with it; offer its VFs instead (--sriov-pfs) or set its sriov_numvfs to 0"
+    )
 
 
 class HostDeviceHandler:
@@ -85,6 +99,10 @@ class HostDeviceHandler:
         reason = hostif.refusal(req.context, ifname, hostif.primary_interfaces())
         if reason is not None:
             raise DeviceError(f"interface {ifname} cannot be handed to a pod: {reason}")
+        if vfs := sysfs.Sysfs(req.context.sysfs_root).active_vfs(ifname):
+            raise DeviceError(
+                f"interface {ifname} cannot be handed to a pod: {_has_vfs(ifname, vfs)}"
+            )
         return ifname
 
     def validate(self, req: DeviceRequest) -> Validated:

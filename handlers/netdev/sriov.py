@@ -19,6 +19,17 @@ from dradriver.kit import hostif, links, netconfig, sysfs
 
 KIND = "sriov-vf"
 _UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
+_LINK_STATES = ("auto", "enable", "disable")
+# The VF settings a config sets through the PF, each applied (and refused) on its own, in
+# this order: config keys -> the VfSettings fields one request carries.
+_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("macAddress",), ("mac",)),
+    (("vlan", "vlanQoS"), ("vlan", "qos")),
+    (("spoofchk",), ("spoofchk",)),
+    (("trust",), ("trust",)),
+    (("linkState",), ("link_state",)),
+    (("minTxRate", "maxTxRate"), ("min_tx_rate", "max_tx_rate")),
+)
 
 
 @dataclass(frozen=True)
@@ -30,25 +41,34 @@ class VfUndo:
     settings: netlink.VfSettings
 
     def to_json(self) -> dict[str, Any]:
-        """As stored in the allocation record."""
-        s = self.settings
-        return {
-            "pf": self.pf,
-            "vf": self.vf,
-            "settings": {"mac": s.mac, "vlan": s.vlan, "trust": s.trust, "spoofchk": s.spoofchk},
-        }
+        """As stored in the allocation record (the settings prepare changes, as they were)."""
+        kept = {k: v for k, v in vars(self.settings).items() if v is not None}
+        return {"pf": self.pf, "vf": self.vf, "settings": kept}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VfUndo:
-        """Read a stored payload (unknown keys ignored)."""
+        """Read a stored payload (unknown keys ignored; records before 0.3 hold mac, vlan,
+        trust and spoofchk, whatever prepare changed)."""
         raw = data.get("settings") or {}
 
         def flag(key: str) -> bool | None:
             value = raw.get(key)
             return None if value is None or value == _UNSET else bool(value)
 
+        def number(key: str) -> int | None:
+            value = raw.get(key)
+            return None if value is None else int(value)
+
+        state = raw.get("link_state")
         settings = netlink.VfSettings(
-            raw.get("mac"), raw.get("vlan"), flag("trust"), flag("spoofchk")
+            mac=raw.get("mac"),
+            vlan=number("vlan"),
+            trust=flag("trust"),
+            spoofchk=flag("spoofchk"),
+            qos=number("qos"),
+            link_state=state if state in _LINK_STATES else None,
+            min_tx_rate=number("min_tx_rate"),
+            max_tx_rate=number("max_tx_rate"),
         )
         return cls(str(data["pf"]), int(data["vf"]), settings)
 
@@ -100,13 +120,17 @@ def discover(context: HandlerContext) -> list[Device]:
                 "vfIndex": index,
                 "pciAddress": vf_pci,
                 "interfaceName": netdevs[0],
+                "pfPciAddress": pf_pci,
             }
-            numa = fs.pci_numa_node(vf_pci)
-            if numa is not None:
-                attrs["numaNode"] = numa
-            driver = fs.link_name("bus", "pci", "devices", vf_pci, "driver")
-            if driver:
-                attrs["driver"] = driver
+            for name, value in (
+                ("macAddress", fs.read("class", "net", netdevs[0], "address")),
+                ("numaNode", fs.pci_numa_node(vf_pci)),
+                ("driver", fs.link_name("bus", "pci", "devices", vf_pci, "driver")),
+                ("linkSpeedMbps", fs.link_speed(pf)),  # the VF shares its PF's port
+            ):
+                if value is not None:
+                    attrs[name] = value
+            attrs.update(sysfs.pci_attributes(fs, vf_pci))
             devices.append(Device(naming.published_device_name("vf", vf_pci), attrs))
     return devices
 
@@ -126,8 +150,28 @@ class SriovVfHandler:
                 ),
                 "vfIndex": {"type": "integer", "minimum": 0},
                 "vlan": {"type": "integer", "minimum": 0, "maximum": 4094},
+                "vlanQoS": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": 7,
+                    "description": "802.1p priority of the VLAN's frames (needs vlan)",
+                },
                 "trust": {"type": "boolean"},
                 "spoofchk": {"type": "boolean"},
+                "linkState": {
+                    "enum": list(_LINK_STATES),
+                    "description": "auto: follow the PF's link; enable/disable: force it",
+                },
+                "minTxRate": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "guaranteed transmit rate, Mb/s (0: none)",
+                },
+                "maxTxRate": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "transmit rate limit, Mb/s (0: none)",
+                },
             },
             keeps_addresses=True,
         )
@@ -173,19 +217,21 @@ class SriovVfHandler:
         pf_name, index, ifname = self._vf(req)
         cfg = netconfig.NetConfig.parse(req.config)
         pf = netlink.require(pf_name, "SR-IOV PF")
-        wanted = netlink.VfSettings(
-            mac=cfg.mac,
-            vlan=req.config.get("vlan"),
-            trust=req.config.get("trust"),
-            spoofchk=req.config.get("spoofchk"),
-        )
-        vf_undo = VfUndo(pf_name, index, netlink.vf_settings(pf, index) or netlink.VfSettings())
+        current = netlink.vf_settings(pf, index) or netlink.VfSettings()
+        wanted = _wanted(req.config, current)
+        before = {f: getattr(current, f) for keys, fields in wanted for f in fields}
+        vf_undo = VfUndo(pf_name, index, netlink.VfSettings(**before))
         req.journal(SriovUndo(vf_undo).to_json())
         with netlink.rollback() as steps:
-            if wanted != netlink.VfSettings():
+            if wanted:
                 steps.append(lambda: _restore_vf(vf_undo))
-                changed = ", ".join(k for k, v in vars(wanted).items() if v is not None)
-                netlink.set_vf(pf, index, f"set VF {index} of {pf_name} ({changed})", wanted)
+            for keys, fields in wanted:
+                group = {f: _value(req.config, f, current) for f in fields}
+                told = ", ".join(f"{k}={req.config[k]}" for k in keys if k in req.config)
+                what = (
+                    f"{netconfig.NETDEV_PATH}.{keys[0]}: PF {pf_name} refused {told} for VF {index}"
+                )
+                netlink.set_vf(pf, index, what, netlink.VfSettings(**group))
             netdev_cfg = replace(cfg, mac=None)  # the PF sets the VF's MAC
             claimed, network_data = hostif.claim(
                 req.journal,
@@ -212,11 +258,36 @@ class SriovVfHandler:
         _restore_vf(payload.vf)
 
 
+def _wanted(
+    config: Mapping[str, Any], current: netlink.VfSettings
+) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The groups of VF settings the config sets, checked together (vlanQoS needs vlan)."""
+    if "vlanQoS" in config and "vlan" not in config:
+        raise ConfigError("vlanQoS needs vlan", f"{netconfig.NETDEV_PATH}.vlanQoS")
+    return [(keys, fields) for keys, fields in _GROUPS if any(k in config for k in keys)]
+
+
+def _value(config: Mapping[str, Any], field: str, current: netlink.VfSettings) -> Any:
+    """What VF setting `field` becomes: the config's value, or the one it has now for
+    the other half of a pair the config sets one half of (a rate), or 0 (qos)."""
+    key = {f: k for keys, fields in _GROUPS for k, f in zip(keys, fields, strict=True)}[field]
+    if key in config:
+        return config[key]
+    return getattr(current, field) if field in ("min_tx_rate", "max_tx_rate") else 0
+
+
 def _restore_vf(vf_undo: VfUndo) -> None:
-    """Put back the VF settings saved before prepare."""
-    if vf_undo.settings == netlink.VfSettings():
+    """Put back the VF settings saved before prepare, each one that differs now (a
+    setting the PF refused was never changed, and is not asked for again)."""
+    saved = {k: v for k, v in vars(vf_undo.settings).items() if v is not None}
+    if not saved:
         return
     pf = netlink.find(vf_undo.pf)
     if pf is None:
         raise DeviceError(f"SR-IOV PF {vf_undo.pf} is gone; cannot restore VF settings")
-    netlink.set_vf(pf, vf_undo.vf, f"restore VF {vf_undo.vf} of {vf_undo.pf}", vf_undo.settings)
+    now = netlink.vf_settings(pf, vf_undo.vf) or netlink.VfSettings()
+    for _, fields in _GROUPS:
+        group = {f: saved[f] for f in fields if f in saved}
+        if group and any(getattr(now, f) != v for f, v in group.items()):
+            what = f"restore VF {vf_undo.vf} of {vf_undo.pf} ({', '.join(group)})"
+            netlink.set_vf(pf, vf_undo.vf, what, netlink.VfSettings(**group))

@@ -6,6 +6,9 @@ import time
 
 import pytest
 
+from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.apiserver.publisher import Publisher
+from dradriver.contract.hookspecs import Device
 from tests.support.driverproc import DRIVER
 from tests.support.waiting import wait_for
 
@@ -102,3 +105,63 @@ def test_slice_follows_the_node_when_it_is_registered_again(cluster: Cluster, no
     assert later["metadata"]["uid"] == settled["metadata"]["uid"]
     assert later["metadata"]["resourceVersion"] == settled["metadata"]["resourceVersion"]
     assert d.log().count("published ResourceSlices") == published
+
+
+class _Synthetic:
+    """An inventory of `count` host-device-like devices, as Publisher reads one."""
+
+    fallback = False
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def refresh(self) -> list[Device]:
+        return [
+            Device(
+                f"nic-syn{i:03d}",
+                {"type": "netdev", "kind": "host-device", "interfaceName": f"syn{i}"},
+            )
+            for i in range(self.count)
+        ]
+
+    def devices(self) -> list[Device]:
+        return self.refresh()
+
+    def set_fallback(self, fallback: bool) -> None:
+        raise AssertionError("the e2e API server keeps consumable capacity")
+
+
+def test_a_pool_larger_than_one_slice_is_split_and_shrinks_back(cluster: Cluster) -> None:
+    """More devices than one ResourceSlice holds (128): the publisher, with the driver's
+    own credentials, writes one pool of several slices that the API server accepts, each
+    saying how many slices the pool has, all of one generation; fewer devices later, and
+    the slices it no longer needs are deleted."""
+    inventory = _Synthetic(300)
+    api = KubeApi(str(cluster.driver_kubeconfig))
+    publisher = Publisher(api, inventory, DRIVER, cluster.node, 60.0)  # type: ignore[arg-type]
+    try:
+        assert publisher.publish()
+        stored = cluster.slices()
+        pools = {
+            (
+                s["spec"]["pool"]["name"],
+                s["spec"]["pool"]["generation"],
+                s["spec"]["pool"]["resourceSliceCount"],
+            )
+            for s in stored
+        }
+        [(pool, generation, count)] = pools
+        assert (pool, count, len(stored)) == (cluster.node, 3, 3)
+        sizes = sorted(len(s["spec"]["devices"]) for s in stored)
+        assert sizes == [44, 128, 128]
+        names = sorted(d["name"] for s in stored for d in s["spec"]["devices"])
+        assert names == sorted(d.name for d in inventory.refresh())
+
+        inventory.count = 100
+        assert publisher.publish(force=False)
+        [left] = cluster.slices()
+        assert left["spec"]["pool"]["resourceSliceCount"] == 1
+        assert left["spec"]["pool"]["generation"] == generation + 1
+        assert len(left["spec"]["devices"]) == 100
+    finally:
+        cluster.delete_slices()

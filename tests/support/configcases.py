@@ -172,6 +172,9 @@ def _bad_values() -> Iterator[Case]:
         )
     yield Case("vfIndex -1", (nd(kind="sriov-vf", vfIndex=-1),), ("[0].netdev.vfIndex",))
     yield Case("trust 'yes'", (nd(kind="sriov-vf", trust="yes"),), ("[0].netdev.trust",))
+    yield Case("vlanQoS 8", (nd(kind="sriov-vf", vlan=1, vlanQoS=8),), ("[0].netdev.vlanQoS",))
+    yield Case("linkState up", (nd(kind="sriov-vf", linkState="up"),), ("[0].netdev.linkState",))
+    yield Case("maxTxRate -1", (nd(kind="sriov-vf", maxTxRate=-1),), ("[0].netdev.maxTxRate",))
     yield Case(
         "ipvlan mode vepa", (nd(kind="ipvlan", parent="eth0", mode="vepa"),), ("[0].netdev.mode",)
     )
@@ -527,7 +530,8 @@ def _good() -> Iterator[Case]:
         "bounds",
         (
             nd(kind="sriov-vf", vlan=4094, vfIndex=0, trust=False, spoofchk=True),
-            nd(kind="sriov-vf", vlan=0),
+            nd(kind="sriov-vf", vlan=0, vlanQoS=7, linkState="disable"),
+            nd(kind="sriov-vf", minTxRate=0, maxTxRate=100000),
         ),
     )
     yield Case("ipoib", (nd(kind="ipoib", parent="ib0", pkey=65535, mode="connected"),))

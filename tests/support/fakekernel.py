@@ -381,6 +381,11 @@ class FakeKernel:
         self.steps.tick(f"set vf {vf} of {pf_index}")
         current = self.vfs.get((pf_index, vf), VfSettings())
         changes = {k: v for k, v in vars(settings).items() if v is not None}
+        if settings.vlan is not None:  # one struct carries both, as the kernel's
+            changes.setdefault("qos", 0)
+        if settings.min_tx_rate is not None or settings.max_tx_rate is not None:
+            changes.setdefault("min_tx_rate", 0)
+            changes.setdefault("max_tx_rate", 0)
         self.vfs[(pf_index, vf)] = replace(current, **changes)
 
     def close(self) -> None:

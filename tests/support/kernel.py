@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from localcluster.examples import link_kind_missing
-from tests.support import hosttools
+from tests.support import hosttools, pcinics
 
 
 @functools.cache
@@ -24,9 +24,21 @@ def missing(feature: str) -> str | None:
                 "soft-RoCE is Ethernet)"
             )
         )
+    if feature in ("igb-sriov", "e1000e"):
+        return _missing_nic(feature)
     if reason := hosttools.missing("ip"):
         return reason
     return link_kind_missing(feature)  # the probe the local cluster uses too
+
+
+def _missing_nic(feature: str) -> str | None:
+    """None when the emulated NIC the feature names is here, with its driver bound."""
+    pcinics.load_drivers()
+    ids = pcinics.IGB_PF if feature == "igb-sriov" else pcinics.E1000E
+    if pcinics.netdevs(ids):
+        return None
+    model = "SR-IOV capable igb (82576)" if feature == "igb-sriov" else "e1000e"
+    return f"no {model} PCI NIC here: the kernel-VM tier (make test-kernel) emulates one"
 
 
 def _load_module(name: str) -> None:

@@ -235,6 +235,13 @@ def test_set_vf_sends_only_the_given_settings_in_the_uapi_structs():
     }
     _, _, _, attrs = _request(links.set_vf(3, 2, VfSettings(trust=True)))
     assert wire.attrs(wire.attr_list(attrs[22])[0][1]) == {9: struct.pack("=II", 2, 1)}
+    more = VfSettings(vlan=7, qos=5, link_state="disable", max_tx_rate=100)
+    _, _, _, attrs = _request(links.set_vf(3, 2, more))
+    assert wire.attrs(wire.attr_list(attrs[22])[0][1]) == {
+        2: struct.pack("=III", 2, 7, 5),  # ifla_vf_vlan with its qos
+        5: struct.pack("=II", 2, 2),  # ifla_vf_link_state: IFLA_VF_LINK_STATE_DISABLE
+        6: struct.pack("=III", 2, 0, 100),  # ifla_vf_rate: min 0 (unset), max 100 Mb/s
+    }
 
 
 def _pf_reply(*vfs: bytes) -> bytes:
@@ -243,21 +250,29 @@ def _pf_reply(*vfs: bytes) -> bytes:
     return header + _nla(1, bytes.fromhex("0c0000000003")) + _nla(22, b"".join(vfs))
 
 
-def _vf(number: int, mac: str, vlan: int, spoofchk: int, trust: int) -> bytes:
+def _vf(number: int, mac: str, vlan: int, spoofchk: int, trust: int, qos: int = 0) -> bytes:
     return _nla(
         1,
         _nla(1, struct.pack("=I32s", number, bytes.fromhex(mac)))
-        + _nla(2, struct.pack("=III", number, vlan, 0))
+        + _nla(2, struct.pack("=III", number, vlan, qos))
         + _nla(3, struct.pack("=II", number, 0))  # IFLA_VF_TX_RATE: not read
         + _nla(4, struct.pack("=II", number, spoofchk))
+        + _nla(5, struct.pack("=II", number, 2 if qos else 0))  # IFLA_VF_LINK_STATE
+        + _nla(6, struct.pack("=III", number, 10 * qos, 100 * qos))  # IFLA_VF_RATE
         + _nla(9, struct.pack("=II", number, trust)),
     )
 
 
 def test_vf_settings_are_read_from_the_pfs_list():
-    body = _pf_reply(_vf(0, "aaaaaaaaaaaa", 0, 1, 0), _vf(1, "020000000001", 42, 0, 0xFFFFFFFF))
-    assert links.parse_vf(body, 0) == VfSettings("aa:aa:aa:aa:aa:aa", 0, False, True)
-    assert links.parse_vf(body, 1) == VfSettings("02:00:00:00:00:01", 42, None, False)
+    body = _pf_reply(
+        _vf(0, "aaaaaaaaaaaa", 0, 1, 0), _vf(1, "020000000001", 42, 0, 0xFFFFFFFF, qos=3)
+    )
+    assert links.parse_vf(body, 0) == VfSettings(
+        "aa:aa:aa:aa:aa:aa", 0, False, True, 0, "auto", 0, 0
+    )
+    assert links.parse_vf(body, 1) == VfSettings(
+        "02:00:00:00:00:01", 42, None, False, 3, "disable", 30, 300
+    )
     assert links.parse_vf(body, 2) is None
     assert links.parse_vf(_pf_reply(), 0) is None
     assert links.parse_vf(struct.pack("=BxHiII", 0, 1, 3, 0, 0), 0) is None
@@ -372,10 +387,15 @@ def test_changes_and_vf_settings_encode_byte_for_byte_as_pyroute2_does():
     assert ours[2] == _pyroute2(theirs, index=4, flags=1, change=1)
     vf = [("IFLA_VF_MAC", {"vf": 2, "mac": "02:00:00:00:00:07"}),
           ("IFLA_VF_VLAN", {"vf": 2, "vlan": 100, "qos": 0}),
+          ("IFLA_VF_LINK_STATE", {"vf": 2, "link_state": 1}),
+          ("IFLA_VF_RATE", {"vf": 2, "min_tx_rate": 10, "max_tx_rate": 200}),
           ("IFLA_VF_SPOOFCHK", {"vf": 2, "spoofchk": 0}),
           ("IFLA_VF_TRUST", {"vf": 2, "trust": 1})]  # fmt: skip
     theirs = [("IFLA_VFINFO_LIST", {"attrs": [("IFLA_VF_INFO", {"attrs": vf})]})]
-    settings = VfSettings(mac="02:00:00:00:00:07", vlan=100, spoofchk=False, trust=True)
+    settings = VfSettings(
+        mac="02:00:00:00:00:07", vlan=100, spoofchk=False, trust=True, link_state="enable",
+        min_tx_rate=10, max_tx_rate=200,
+    )  # fmt: skip
     assert links.set_vf(3, 2, settings)[2] == _pyroute2(theirs, index=3)
 
 

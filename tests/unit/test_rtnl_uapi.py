@@ -101,6 +101,13 @@ CONSTANTS = {
     "sizeof(struct ifla_vf_vlan)": links._VF_VLAN.size,
     "sizeof(struct ifla_vf_spoofchk)": links._VF_SETTING.size,
     "sizeof(struct ifla_vf_trust)": links._VF_SETTING.size,
+    "sizeof(struct ifla_vf_link_state)": links._VF_SETTING.size,
+    "sizeof(struct ifla_vf_rate)": links._VF_RATE.size,
+    "IFLA_VF_LINK_STATE": links.IFLA_VF_LINK_STATE,
+    "IFLA_VF_RATE": links.IFLA_VF_RATE,
+    "IFLA_VF_LINK_STATE_AUTO": links.VF_LINK_STATES["auto"],
+    "IFLA_VF_LINK_STATE_ENABLE": links.VF_LINK_STATES["enable"],
+    "IFLA_VF_LINK_STATE_DISABLE": links.VF_LINK_STATES["disable"],
 }
 
 HEADERS = ["netlink", "rtnetlink", "if_link", "if_addr", "veth", "if"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
+from typing import Literal
 
 from dradriver.kernel.objects import CreateAttrs, Link, LinkAttrs, VfSettings
 from dradriver.kernel.rtnl import wire
@@ -37,6 +38,8 @@ IFLA_IPVLAN_MODE = 1  # u16
 IFLA_IPOIB_PKEY, IFLA_IPOIB_MODE = 1, 2  # u16 each
 IFLA_VF_INFO = 1
 IFLA_VF_MAC, IFLA_VF_VLAN, IFLA_VF_SPOOFCHK, IFLA_VF_TRUST = 1, 2, 4, 9
+IFLA_VF_LINK_STATE, IFLA_VF_RATE = 5, 6
+VF_LINK_STATES = {"auto": 0, "enable": 1, "disable": 2}  # IFLA_VF_LINK_STATE_*
 
 # IFLA_EXT_MASK bits (RTEXT_FILTER_* in linux/rtnetlink.h)
 RTEXT_FILTER_VF = 1 << 0
@@ -50,7 +53,8 @@ IPOIB_MODES = {"datagram": 0, "connected": 1}
 IFINFO = struct.Struct("=BxHiII")  # struct ifinfomsg: family, type, index, flags, change
 _VF_MAC = struct.Struct("=I32s")  # struct ifla_vf_mac: vf, mac[MAX_ADDR_LEN]
 _VF_VLAN = struct.Struct("=III")  # struct ifla_vf_vlan: vf, vlan, qos
-_VF_SETTING = struct.Struct("=II")  # struct ifla_vf_spoofchk, ifla_vf_trust: vf, setting
+_VF_SETTING = struct.Struct("=II")  # struct ifla_vf_spoofchk, _trust, _link_state: vf, value
+_VF_RATE = struct.Struct("=III")  # struct ifla_vf_rate: vf, min_tx_rate, max_tx_rate (Mb/s)
 VF_UNSET = 2**32 - 1  # what a PF reports for a VF setting its driver does not support
 
 _CREATE = wire.NLM_F_REQUEST | wire.NLM_F_ACK | wire.NLM_F_CREATE | wire.NLM_F_EXCL
@@ -160,7 +164,13 @@ def set_vf(pf_index: int, vf: int, settings: VfSettings) -> wire.Request:
     if settings.mac is not None:
         info.append(wire.attr(IFLA_VF_MAC, _VF_MAC.pack(vf, mac_bytes(settings.mac))))
     if settings.vlan is not None:
-        info.append(wire.attr(IFLA_VF_VLAN, _VF_VLAN.pack(vf, settings.vlan, 0)))
+        info.append(wire.attr(IFLA_VF_VLAN, _VF_VLAN.pack(vf, settings.vlan, settings.qos or 0)))
+    if settings.link_state is not None:
+        state = VF_LINK_STATES[settings.link_state]
+        info.append(wire.attr(IFLA_VF_LINK_STATE, _VF_SETTING.pack(vf, state)))
+    if settings.min_tx_rate is not None or settings.max_tx_rate is not None:
+        rates = (settings.min_tx_rate or 0, settings.max_tx_rate or 0)
+        info.append(wire.attr(IFLA_VF_RATE, _VF_RATE.pack(vf, *rates)))
     if settings.spoofchk is not None:
         info.append(wire.attr(IFLA_VF_SPOOFCHK, _VF_SETTING.pack(vf, int(settings.spoofchk))))
     if settings.trust is not None:
@@ -223,14 +233,33 @@ def parse_vf(body: bytes, vf: int) -> VfSettings | None:
         number, mac = _VF_MAC.unpack_from(fields[IFLA_VF_MAC])
         if number != vf:
             continue
-        vlan = _VF_VLAN.unpack_from(fields[IFLA_VF_VLAN])[1] if IFLA_VF_VLAN in fields else 0
+        _, vlan, qos = (
+            _VF_VLAN.unpack_from(fields[IFLA_VF_VLAN]) if IFLA_VF_VLAN in fields else (0, 0, 0)
+        )
+        rates = _VF_RATE.unpack_from(fields[IFLA_VF_RATE])[1:] if IFLA_VF_RATE in fields else None
+        state = (
+            _VF_SETTING.unpack_from(fields[IFLA_VF_LINK_STATE])[1]
+            if IFLA_VF_LINK_STATE in fields
+            else None
+        )
         return VfSettings(
             mac=mac_text(mac[:addr_len]),
             vlan=vlan,
             trust=_setting(fields.get(IFLA_VF_TRUST)),
             spoofchk=_setting(fields.get(IFLA_VF_SPOOFCHK)),
+            qos=qos if IFLA_VF_VLAN in fields else None,
+            link_state=_LINK_STATE_NAMES.get(state) if state is not None else None,
+            min_tx_rate=rates[0] if rates else None,
+            max_tx_rate=rates[1] if rates else None,
         )
     return None
+
+
+_LINK_STATE_NAMES: dict[int, Literal["auto", "enable", "disable"]] = {
+    0: "auto",
+    1: "enable",
+    2: "disable",
+}
 
 
 def _setting(payload: bytes | None) -> bool | None:
