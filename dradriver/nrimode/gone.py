@@ -10,7 +10,7 @@ from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.claims.budget import CallGate, Deadline
 from dradriver.contract.hookspecs import NRI
-from dradriver.state.moves import SPENT
+from dradriver.state.moves import SPENT, placed_after
 from dradriver.state.records import PREPARED
 from dradriver.state.recordstore import RecordStore
 
@@ -18,10 +18,15 @@ log = logging.getLogger(__name__)
 
 
 def spend_gone(
-    records: RecordStore, gate: CallGate, known: Callable[[], set[str]], wait: float
+    records: RecordStore,
+    gate: CallGate,
+    known: Callable[[], set[str]],
+    wait: float,
+    taken_at: float,
 ) -> None:
     """Mark SPENT each NRI placement whose sandbox is not in `known()` (the runtime's
-    sandboxes, read again under the cross-instance lock, waited for up to `wait` s)."""
+    sandboxes as listed at wall-clock time `taken_at`, read again under the
+    cross-instance lock, waited for up to `wait` s), unless it was made after `taken_at`."""
     for uid in records.claim_uids():
         if gate.draining:
             return
@@ -35,7 +40,9 @@ def spend_gone(
         gone = [
             k
             for k, where in record.placement.items()
-            if where.get("state") != SPENT and where.get("sandbox") not in seen
+            if where.get("state") != SPENT
+            and where.get("sandbox") not in seen
+            and not placed_after(where, taken_at)
         ]
         if not gone:
             continue
@@ -49,7 +56,12 @@ def spend_gone(
                     continue
                 for key in gone:
                     where = fresh.placement.get(key)
-                    if where and where.get("sandbox") not in seen and where.get("state") != SPENT:
+                    if (
+                        where
+                        and where.get("sandbox") not in seen
+                        and where.get("state") != SPENT
+                        and not placed_after(where, taken_at)
+                    ):
                         fresh.placement[key] = {**where, "state": SPENT}
                 records.save(fresh)
             except (DriverError, OSError) as exc:

@@ -114,6 +114,7 @@ class PodSandboxes:
         self._ended: set[str] = set()
         self._started: set[str] = set()
         self._pending: list[Sandbox] | None = None  # the newest sync snapshot, not done yet
+        self._pending_at = 0.0  # when the runtime sent it (wall clock)
         self._worker: threading.Thread | None = None
         self.synced = threading.Event()  # a background pass finished (tests, start-up)
         self.containers = ContainerCheck(self.records)
@@ -142,7 +143,7 @@ class PodSandboxes:
     def synchronize(self, pods: Sequence[Sandbox]) -> None:
         """Reconcile the records with the runtime's sandboxes, in the background."""
         with self._guard:
-            self._pending = list(pods)
+            self._pending, self._pending_at = list(pods), time.time()
             self._ended.clear()
             self._started.clear()
             if self._worker is not None and self._worker.is_alive():
@@ -262,8 +263,9 @@ class PodSandboxes:
             if self.status is not None:
                 self.status.submit(record)
             todo = keys
+        now = time.time()  # a Synchronize snapshot older than this cannot know the sandbox
         for key in todo:
-            record.placement[key] = placement(MOVING, pod.id, pod.netns, pod.uid)
+            record.placement[key] = placement(MOVING, pod.id, pod.netns, pod.uid, now)
         self.records.save(record, durable=False)  # the journal: a crash is finished at sync
         for key in todo:
             try:
@@ -271,7 +273,7 @@ class PodSandboxes:
             except DriverError as exc:
                 request = key.split("/", 1)[0]
                 raise DriverError(f"{_claim(record)}: request {request}: {exc}") from exc
-            record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid)
+            record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid, now)
         self.records.save(record)
         event(
             log,
@@ -337,7 +339,7 @@ class PodSandboxes:
     def _sync_loop(self) -> None:
         while True:
             with self._guard:
-                pods, self._pending = self._pending, None
+                pods, taken_at, self._pending = self._pending, self._pending_at, None
                 if pods is None:  # done: nothing needs the sandboxes seen meanwhile
                     self._ended.clear()
                     self._started.clear()
@@ -345,14 +347,15 @@ class PodSandboxes:
                     self.synced.set()
                     return
             try:
-                self.reconcile(pods)
+                self.reconcile(pods, taken_at)
             except Exception:  # a bug must not end the thread silently
                 log.exception("reconciling the records with the runtime's sandboxes failed")
 
-    def reconcile(self, pods: Sequence[Sandbox]) -> None:
-        """The pass a Synchronize starts (see the module docstring); per pod under the lock."""
+    def reconcile(self, pods: Sequence[Sandbox], taken_at: float | None = None) -> None:
+        """The pass a Synchronize starts (see the module docstring); per pod under the lock.
+        `taken_at`: when the runtime listed `pods` (default: now)."""
         live = {p.id: p for p in pods}
-        self._forget_gone(live)
+        self._forget_gone(live, time.time() if taken_at is None else taken_at)
         for pod in pods:
             if self.gate.draining:
                 return  # shutting down: the next instance's Synchronize does the rest
@@ -383,11 +386,13 @@ class PodSandboxes:
             return
         self._run(pod, records)
 
-    def _forget_gone(self, live: dict[str, Sandbox]) -> None:
-        """Placements in sandboxes the runtime no longer has are spent."""
+    def _forget_gone(self, live: dict[str, Sandbox], taken_at: float) -> None:
+        """Placements in sandboxes the runtime no longer has are spent: not those made
+        after its snapshot (by another instance, in a rolling update: the runtime calls
+        each plugin in turn, so this one may not have seen that sandbox's event yet)."""
 
         def known() -> set[str]:
             with self._guard:
                 return set(live) | self._started
 
-        gone.spend_gone(self.records, self.gate, known, self.sync_lock_wait)
+        gone.spend_gone(self.records, self.gate, known, self.sync_lock_wait, taken_at)

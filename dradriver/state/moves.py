@@ -90,13 +90,27 @@ def moves_of(prepared: Prepared) -> list[Move]:
     return [Move.of(p) for p in pods] + [Move(rdma=r, returns=True) for r in prepared.pod_rdma]
 
 
-def placement(state: str, sandbox: str, netns: str, pod: str = "") -> dict[str, str]:
+def placement(
+    state: str, sandbox: str, netns: str, pod: str = "", since: float | None = None
+) -> dict[str, str]:
     """A record's placement entry for one device: STATE in (or out of) `sandbox` of the
-    pod with UID `pod` (records before 0.2 do not name the pod)."""
+    pod with UID `pod` (records before 0.2 do not name the pod), since wall-clock time
+    `since` (records before 0.3 do not say)."""
     where = {"state": state, "sandbox": sandbox, "netns": netns}
     if pod:
         where["pod"] = pod
+    if since is not None:
+        where["since"] = f"{since:.6f}"
     return where
+
+
+def placed_after(where: Mapping[str, str], moment: float) -> bool:
+    """Whether a placement was made after wall-clock time `moment` (a runtime's snapshot
+    of its sandboxes taken before cannot know that sandbox)."""
+    try:
+        return float(where.get("since") or 0) > moment
+    except ValueError:
+        return False
 
 
 Placement = Mapping[str, Mapping[str, str]]  # a record's `placement`, by device key

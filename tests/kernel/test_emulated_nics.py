@@ -40,6 +40,7 @@ from tests.support.driverproc import DriverProcess
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
 from tests.support.handlers import context, net_device, prepare
 from tests.support.runtime import move_like_runc, seen_in
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -486,3 +487,25 @@ def _ignore_errors(call: Callable[..., Any], *args: Any) -> None:
     """Run a gRPC call whose driver may be killed under it."""
     with contextlib.suppress(Exception):
         call(*args)
+
+
+@pytest.mark.kind("sriov-vf")
+@pytest.mark.kernel("igb-sriov")
+def test_the_driver_republishes_its_slice_when_sriov_numvfs_changes(igb, node_driver):
+    fake, start = node_driver
+    start("--sriov-pfs", igb)
+
+    def published_vfs() -> list[str]:
+        return sorted(
+            d["attributes"]["interfaceName"]["string"]
+            for s in list(fake.slices.values())
+            for d in s["spec"]["devices"]
+            if d["attributes"].get("kind") == {"string": "sriov-vf"}
+        )
+
+    wait_for("the first slice", lambda: fake.slices, 30)
+    assert published_vfs() == []
+    vfs = pcinics.set_numvfs(igb, 3)
+    wait_for("the VFs in the slice", lambda: published_vfs() == sorted(vfs), 30)
+    pcinics.set_numvfs(igb, 0)
+    wait_for("no VF in the slice", lambda: published_vfs() == [], 30)

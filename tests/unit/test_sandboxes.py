@@ -12,6 +12,7 @@ configured, or the node is as it was once the claim is unprepared.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -667,6 +668,31 @@ def test_two_instances_behind_the_nri_stand_in_move_once_and_give_back_once(node
             for plugin in plugins:
                 plugin.stop()
     assert preparer.unprepare([REF])[UID].error is None
+    assert node.links() == before and node.files() == []
+
+
+def test_a_synchronize_snapshot_older_than_a_sandbox_does_not_spend_its_placement(node):
+    """A rolling update: instance B's Synchronize lists the runtime's sandboxes; before its
+    pass reaches the records, instance A handles a new sandbox's RunPodSandbox. B's pass
+    must not take that sandbox for gone (its snapshot could not know it): B's own
+    RunPodSandbox of it, which the runtime sends next, then finds the work done."""
+    before = node.links()
+    _add_claim(node, "host-device")
+    _prepare(_preparer(node))
+    node.kernel.add_namespace(NETNS)
+    a, b = _sandboxes(_preparer(node)), _sandboxes(_preparer(node))
+    snapshot = time.time()  # B's Synchronize: no sandbox yet
+    a.run_pod_sandbox(_pod())
+    b.reconcile([], taken_at=snapshot)  # B's pass, late
+    assert _record(node).placement[next(iter(_record(node).placement))]["state"] == "in"
+    b.run_pod_sandbox(_pod())  # no error: the interface is where the record says
+    _check_inside(node, "host-device")
+    assert len([line for line in node.steps.log if line.startswith("move ")]) == 1
+    # A snapshot taken after the sandbox was placed, without it: that sandbox is gone.
+    b.reconcile([], taken_at=time.time())
+    assert _record(node).placement[next(iter(_record(node).placement))]["state"] == "spent"
+    _teardown(node, a, _pod())
+    assert _preparer(node).unprepare([REF])[UID].error is None
     assert node.links() == before and node.files() == []
 
 
