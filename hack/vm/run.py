@@ -153,7 +153,9 @@ def repo_share_args() -> list[str]:
     return ["--overlay-rwdir", str(REPO)]  # writable, writes discarded at power-off
 
 
-def vng_base_args(kenv: KernelEnv, args: argparse.Namespace, kvm: bool) -> list[str]:
+def vng_base_args(
+    kenv: KernelEnv, args: argparse.Namespace, kvm: bool, nics: bool = True
+) -> list[str]:
     cmd = [
         str(kenv.vng),
         "--run",
@@ -171,8 +173,8 @@ def vng_base_args(kenv: KernelEnv, args: argparse.Namespace, kvm: bool) -> list[
         "--cwd",
         str(REPO),
     ]
-    if args.nics:
-        cmd += ["--qemu-opts", " ".join(nic_options(args.nics))]
+    if args.nics and nics:
+        cmd.append("--qemu-opts=" + " ".join(nic_options(args.nics)))  # "=": it starts with -
     if kenv.virtiofsd is None:
         cmd.append("--force-9p")
     if not kvm:
@@ -187,13 +189,20 @@ NIC_MODELS = ("igb", "e1000e")  # SR-IOV capable (82576, 7 VFs) and a plain PCIe
 
 def nic_options(models: str) -> list[str]:
     """qemu options adding one emulated PCI NIC per model in `models` (comma-separated),
-    each on a user-mode network of its own (carrier up, nothing reachable through it)
-    and without an option ROM (nothing boots from them)."""
+    each behind a PCIe root port of its own and on a qemu hub port of its own (carrier
+    up, no DHCP: a user-mode network's would give the node a default route through
+    it), without an option ROM (nothing boots from them)."""
     out: list[str] = []
     for i, model in enumerate(m for m in models.split(",") if m):
         if model not in NIC_MODELS:
             raise StepFailed("setup", f"--nics: {model!r} is not one of {', '.join(NIC_MODELS)}", 2)
-        out += [f"-netdev user,id=dranic{i}", f"-device {model},netdev=dranic{i},romfile="]
+        # A PCIe root port each: an igb's VFs take fixed device numbers after its PF's,
+        # so two igbs on one bus would claim the same slots for their VFs.
+        out += [
+            f"-device pcie-root-port,id=draport{i},chassis={40 + i},slot={40 + i}",
+            f"-netdev hubport,id=dranic{i},hubid={i}",
+            f"-device {model},bus=draport{i},netdev=dranic{i},romfile=",
+        ]
     return out
 
 
@@ -288,7 +297,8 @@ def probe_kvm(kenv: KernelEnv, args: argparse.Namespace) -> tuple[bool, str]:
                 return bool(cached["kvm"]), f"{cached['detail']} (cached for this host boot)"
         except (OSError, ValueError, KeyError):
             pass
-    cmd = [*vng_base_args(kenv, args, kvm=True), "--exec", f"echo {PROBE_MARKER}"]
+    # Without the NICs: the probe asks about KVM only, and its answer is cached.
+    cmd = [*vng_base_args(kenv, args, kvm=True, nics=False), "--exec", f"echo {PROBE_MARKER}"]
     tmpdir = Path(tempfile.mkdtemp(prefix="dra-vm-"))
     rc: int | None
     try:

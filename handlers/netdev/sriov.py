@@ -7,6 +7,9 @@ design are accepted but must name it (an absent vfIndex means the allocated VF, 
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +23,7 @@ from dradriver.kit import hostif, links, netconfig, sysfs
 KIND = "sriov-vf"
 _UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
 _LINK_STATES = ("auto", "enable", "disable")
+MAC_RETRY_SECONDS = 3.0
 # The VF settings a config sets through the PF, each applied (and refused) on its own, in
 # this order: config keys -> the VfSettings fields one request carries.
 _GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
@@ -39,11 +43,18 @@ class VfUndo:
     pf: str
     vf: int
     settings: netlink.VfSettings
+    # The VF netdev's own MAC before a MAC set through the PF reached it (its driver
+    # takes the PF's at a reset: restored when the PF's is cleared), and its name.
+    netdev: str | None = None
+    netdev_mac: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """As stored in the allocation record (the settings prepare changes, as they were)."""
         kept = {k: v for k, v in vars(self.settings).items() if v is not None}
-        return {"pf": self.pf, "vf": self.vf, "settings": kept}
+        out: dict[str, Any] = {"pf": self.pf, "vf": self.vf, "settings": kept}
+        if self.netdev and self.netdev_mac:
+            out |= {"netdev": self.netdev, "netdevMac": self.netdev_mac}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VfUndo:
@@ -70,7 +81,14 @@ class VfUndo:
             min_tx_rate=number("min_tx_rate"),
             max_tx_rate=number("max_tx_rate"),
         )
-        return cls(str(data["pf"]), int(data["vf"]), settings)
+        netdev, mac = data.get("netdev"), data.get("netdevMac")
+        return cls(
+            str(data["pf"]),
+            int(data["vf"]),
+            settings,
+            str(netdev) if netdev else None,
+            str(mac) if mac else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -220,18 +238,22 @@ class SriovVfHandler:
         current = netlink.vf_settings(pf, index) or netlink.VfSettings()
         wanted = _wanted(req.config, current)
         before = {f: getattr(current, f) for keys, fields in wanted for f in fields}
-        vf_undo = VfUndo(pf_name, index, netlink.VfSettings(**before))
+        vf_link = netlink.require(ifname, "VF netdev")
+        own_mac = vf_link.address if cfg.mac and vf_link.address != cfg.mac else None
+        vf_undo = VfUndo(pf_name, index, netlink.VfSettings(**before), ifname, own_mac)
         req.journal(SriovUndo(vf_undo).to_json())
         with netlink.rollback() as steps:
             if wanted:
                 steps.append(lambda: _restore_vf(vf_undo))
             for keys, fields in wanted:
                 group = {f: _value(req.config, f, current) for f in fields}
-                told = ", ".join(f"{k}={req.config[k]}" for k in keys if k in req.config)
-                what = (
-                    f"{netconfig.NETDEV_PATH}.{keys[0]}: PF {pf_name} refused {told} for VF {index}"
-                )
+                given = [k for k in keys if k in req.config]
+                told = ", ".join(f"{k}={req.config[k]}" for k in given)
+                field = f"{netconfig.NETDEV_PATH}.{given[0]}"
+                what = f"{field}: PF {pf_name} refused {told} for VF {index}"
                 netlink.set_vf(pf, index, what, netlink.VfSettings(**group))
+            if own_mac and cfg.mac:
+                _take_pf_mac(vf_link, cfg.mac, f"VF {index} of {pf_name}")
             netdev_cfg = replace(cfg, mac=None)  # the PF sets the VF's MAC
             claimed, network_data = hostif.claim(
                 req.journal,
@@ -276,9 +298,29 @@ def _value(config: Mapping[str, Any], field: str, current: netlink.VfSettings) -
     return getattr(current, field) if field in ("min_tx_rate", "max_tx_rate") else 0
 
 
+def _take_pf_mac(link: netlink.Link, mac: str, vf: str) -> None:
+    """Make the VF netdev carry the MAC its PF now assigns it. Some VF drivers take it
+    when asked (mlx5); igbvf takes it only at a reset, which bringing the down link up
+    and down again is."""
+    what = f"{netconfig.NETDEV_PATH}.macAddress: {vf} ({link.name})"
+    with contextlib.suppress(netlink.NetlinkError):  # refused: the PF's MAC is binding
+        netlink.set_link(link, f"{what}: set its MAC", address=mac)
+    now = netlink.require(link.name, "VF netdev")
+    if now.address != mac and not now.up:
+        netlink.set_link(now, f"{what}: reset it (up)", state="up")
+        netlink.set_link(now, f"{what}: reset it (down)", state="down")
+        now = netlink.require(link.name, "VF netdev")
+    if now.address != mac:
+        raise DeviceError(
+            f"{what}: its PF assigns it {mac}, but its driver kept {now.address}: "
+            "reload the VF's driver, or leave macAddress out"
+        )
+
+
 def _restore_vf(vf_undo: VfUndo) -> None:
     """Put back the VF settings saved before prepare, each one that differs now (a
-    setting the PF refused was never changed, and is not asked for again)."""
+    setting the PF refused was never changed, and is not asked for again), then the VF
+    netdev's own MAC."""
     saved = {k: v for k, v in vars(vf_undo.settings).items() if v is not None}
     if not saved:
         return
@@ -291,3 +333,30 @@ def _restore_vf(vf_undo: VfUndo) -> None:
         if group and any(getattr(now, f) != v for f, v in group.items()):
             what = f"restore VF {vf_undo.vf} of {vf_undo.pf} ({', '.join(group)})"
             netlink.set_vf(pf, vf_undo.vf, what, netlink.VfSettings(**group))
+    if vf_undo.netdev and vf_undo.netdev_mac:
+        _restore_own_mac(vf_undo.netdev, vf_undo.netdev_mac, f"VF {vf_undo.vf} of {vf_undo.pf}")
+
+
+def _restore_own_mac(name: str, mac: str, vf: str) -> None:
+    """Give the VF netdev its own MAC back once its PF assigns none. The VF asks the PF
+    through their mailbox, which igbvf only sets up when the link is opened: a link that
+    is down is brought up for the request and down again; asked again for up to
+    MAC_RETRY_SECONDS while the PF refuses (the VF still resetting)."""
+    deadline = time.monotonic() + MAC_RETRY_SECONDS
+    what = f"restore the MAC of {name} ({vf})"
+    while (link := netlink.find(name)) is not None and link.address != mac:
+        try:
+            netlink.set_link(link, what, address=mac)
+        except netlink.NetlinkError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
+                raise
+            if not link.up:
+                netlink.set_link(link, f"{what}: open it", state="up")
+                try:
+                    netlink.set_link(link, what, address=mac)
+                except netlink.NetlinkError:
+                    time.sleep(0.1)
+                finally:
+                    netlink.set_link(link, f"{what}: close it again", state="down")
+            else:
+                time.sleep(0.1)

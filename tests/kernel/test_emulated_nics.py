@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ def igbs() -> Iterator[list[str]]:
     for pf in pfs:
         netns.ip_host("link", "set", pf, "up")
         pcinics.set_numvfs(pf, 0)
+        pcinics.wait_link(pf)
     yield pfs
     for pf in pfs:
         pcinics.set_numvfs(pf, 0)
@@ -71,6 +71,7 @@ def e1000e() -> Iterator[str]:
     [nic] = pcinics.netdevs(pcinics.E1000E)
     netns.ip_host("addr", "add", "192.0.2.40/24", "dev", nic)
     netns.ip_host("link", "set", nic, "up")
+    pcinics.wait_link(nic)
     yield nic
     netns.ip_host("addr", "flush", "dev", nic)
 
@@ -92,13 +93,9 @@ _HOST = "dra-vm-node"  # a name for the VM's own namespace (pid 1's), made on fi
 @pytest.fixture(autouse=True, scope="module")
 def host_name() -> Iterator[None]:
     """Name the VM's own network namespace so the helpers that take a name reach it."""
-    path = Path("/run/netns") / _HOST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch()
-    subprocess.run(["mount", "--bind", "/proc/1/ns/net", str(path)], check=True)
+    subprocess.run(["ip", "netns", "attach", _HOST, "1"], check=True, capture_output=True)
     yield
-    subprocess.run(["umount", str(path)], check=False)
-    path.unlink()
+    subprocess.run(["ip", "netns", "delete", _HOST], check=True, capture_output=True)
 
 
 def _give_back(how: str, moves: list[Move], pod: str, name: str) -> None:
@@ -234,9 +231,15 @@ VF_CONFIG = {
 
 
 def _vf_view(pf: str, index: int) -> dict[str, Any]:
-    """What the PF's VF table says of a VF, as `ip -j link show` gives it."""
+    """What the PF's VF table says of a VF, as `ip -j link show` gives it. Once a MAC the
+    PF assigned is cleared (zeros) and the VF netdev's own MAC set back, igb lists that
+    own MAC: the PF assigns none, as before; shown as zeros here."""
     entry = dict(pcinics.vf_entry(pf, index))
     entry.pop("link_type", None)
+    netdev = pcinics.vf_netdev(pf, index)
+    own = Path(f"/sys/class/net/{netdev}/address").read_text().strip() if netdev else None
+    if entry.get("address") == own:
+        entry["address"] = "00:00:00:00:00:00"
     return entry
 
 
@@ -423,22 +426,33 @@ def node_driver(tmp_path: Path) -> Iterator[tuple[FakeApi, Callable[..., DriverP
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _frozen_at_the_first_vf_change(pid: int, pf: str, before: dict[str, Any]) -> threading.Thread:
-    """A thread that stops process `pid` (SIGSTOP) as soon as the PF's VF table differs
-    from `before`: the driver is then between its first PF-side setting and the end of
-    prepare."""
+def _unprepare(d: DriverProcess, claim: dict[str, Any]) -> None:
+    """The kubelet's unprepare call, which must succeed."""
+    errors = [r.error for r in d.unprepare([claim]).claims.values() if r.error]
+    assert not errors, f"{errors}\n{d.log()[-3000:]}"
 
-    def watch() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if _vf_view(pf, 0) != before:
-                os.kill(pid, signal.SIGSTOP)
-                return
-        raise AssertionError("the VF table never changed")
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+def _prepare_into(
+    d: DriverProcess, claim: dict[str, Any], answers: list[Any], done: threading.Event
+) -> None:
+    """The kubelet's prepare call, its answer appended to `answers` (none if the driver
+    was killed under it), then `done` set."""
+    with contextlib.suppress(Exception):
+        answers.append(d.prepare([claim]))
+    done.set()
+
+
+def _freeze_at_the_first_vf_change(
+    pid: int, pf: str, before: dict[str, Any], done: threading.Event
+) -> bool:
+    """Stop process `pid` (SIGSTOP) as soon as the PF's VF table differs from `before`:
+    the driver is then between its first PF-side setting and the end of prepare. False
+    if the call ended (`done`) without a change."""
+    while not done.is_set():
+        if _vf_view(pf, 0) != before:
+            os.kill(pid, signal.SIGSTOP)
+            return True
+    return _vf_view(pf, 0) != before and not os.kill(pid, signal.SIGSTOP)
 
 
 @pytest.mark.kind("sriov-vf")
@@ -448,7 +462,8 @@ def test_a_driver_killed_after_the_pf_side_settings_restores_them_at_restart(igb
     [vf] = pcinics.set_numvfs(igb, 1)
     before, host_before = _vf_view(igb, 0), _host_view(vf)
     device = naming.published_device_name("vf", pcinics.pci_of(vf))
-    d = start("--sriov-pfs", igb)
+    flags = ("--sriov-pfs", igb, "--claim-address-ranges", "10.30.0.0/24")
+    d = start(*flags)
     for attempt in range(5):
         claim = allocated_claim(
             f"vf-{attempt}",
@@ -456,37 +471,36 @@ def test_a_driver_killed_after_the_pf_side_settings_restores_them_at_restart(igb
             config=[opaque({"type": "netdev", "netdev": VF_CONFIG})],
         )
         fake.add_claim(claim)
-        watcher = _frozen_at_the_first_vf_change(d.proc.pid, igb, before)
-        call = threading.Thread(target=lambda c=claim: _ignore_errors(d.prepare, [c]), daemon=True)
-        call.start()
-        watcher.join(70)
+        answers: list[Any] = []
+        done = threading.Event()
+
+        threading.Thread(target=_prepare_into, args=(d, claim, answers, done), daemon=True).start()
+        frozen = _freeze_at_the_first_vf_change(d.proc.pid, igb, before, done)
+        assert frozen, f"prepare never changed the VF: {answers}\n{d.log()[-3000:]}"
         record = RecordStore(d.state).load(claim["metadata"]["uid"])
         if record is None or record.phase != PREPARED:
             break  # frozen inside prepare: kill it here
         os.kill(d.proc.pid, signal.SIGCONT)  # prepare had finished: try again
-        call.join(30)
-        assert all(not r.error for r in d.unprepare([claim]).claims.values())
+        done.wait(30)
+        _unprepare(d, claim)
     else:
         pytest.fail("the driver finished prepare before it could be frozen, 5 times")
     assert _vf_view(igb, 0) != before  # the PF-side settings are on
     d.kill()
-    call.join(30)
-    d = start("--sriov-pfs", igb)  # reconciles at start
-    assert _vf_view(igb, 0) == before
+    done.wait(30)
+    d = start(*flags)  # reconciles at start
+    seen = netns.ip_host("-d", "link", "show", "dev", vf)
+    assert _vf_view(igb, 0) == before, (
+        f"{pcinics.vf_entry(igb, 0)}\n{seen}\n{host_before}\n{d.log()[-4000:]}"
+    )
     assert pcinics.vf_netdev(igb, 0) == vf and _host_view(vf) == host_before
     assert not list(d.state.glob("*.alloc.json"))
     # The kubelet's retry prepares it from scratch, and unprepare gives everything back.
     answer = d.prepare([claim]).claims[claim["metadata"]["uid"]]
     assert not answer.error, answer.error
     assert pcinics.vlan_of(pcinics.vf_entry(igb, 0)) == (100, 3)
-    assert all(not r.error for r in d.unprepare([claim]).claims.values())
+    _unprepare(d, claim)
     assert _vf_view(igb, 0) == before and _host_view(vf) == host_before
-
-
-def _ignore_errors(call: Callable[..., Any], *args: Any) -> None:
-    """Run a gRPC call whose driver may be killed under it."""
-    with contextlib.suppress(Exception):
-        call(*args)
 
 
 @pytest.mark.kind("sriov-vf")

@@ -145,7 +145,14 @@ def test_discovery_offers_only_allowed_non_primary_interfaces(tmp_path, in_ns):
         "pciAddress": "0000:00:04.0",
         "numaNode": 1,
         "driver": "mlx5_core",
+        "linkSpeedMbps": 25000,
+        "resource.kubernetes.io/pciBusID": "0000:00:04.0",
+        "resource.kubernetes.io/pcieRoot": "pci0000:00",
+        "resource.kubernetes.io/numaNode": 1,
+        "pciVendorID": "15b3",
+        "pciDeviceID": "101d",
     }
+    assert "linkSpeedMbps" not in devices["nic-eth2"].attributes  # no link: no speed
     assert devices["nic-eth1"].healthy and not devices["nic-eth2"].healthy
     assert hostdevice.discover(context(sysfs_root=tmp_path)) == []  # nothing unless allowed
 
@@ -211,7 +218,7 @@ def test_vf_without_vf_index_is_the_allocated_one_not_vf0(sriov_host, pod):
     [
         ({"vfIndex": 0}, "vfIndex 0 is not the allocated VF 1"),
         ({"parent": "pf9"}, "parent pf9 is not the PF pf0"),
-        ({"vlan": 100}, "set VF 1 of pf0 .*Operation not supported"),
+        ({"vlan": 100}, r"netdev\.vlan: PF pf0 refused vlan=100 for VF 1: Operation not supported"),
     ],
 )
 def test_vf_refuses_other_vfs_and_reports_kernel_refusals(sriov_host, params, message):

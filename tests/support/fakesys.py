@@ -57,7 +57,7 @@ class FakeSys:
     def pci(self, address: str, *, driver: str = "mlx5_core", numa: int = 0) -> str:
         """A PCI function with a bound driver."""
         rel = f"{PCI_BUS}/{address}"
-        self._write(rel, {"numa_node": numa, "vendor": "0x15b3"})
+        self._write(rel, {"numa_node": numa, "vendor": "0x15b3", "device": "0x101d"})
         self._write(f"bus/pci/drivers/{driver}", {})
         self._link(f"{rel}/driver", f"../../../bus/pci/drivers/{driver}")
         self._link(f"bus/pci/devices/{address}", f"../../../{PCI_BUS}/{address}")
@@ -81,6 +81,7 @@ class FakeSys:
             "mtu": mtu,
             "type": link_type,
             "operstate": "up" if carrier else "down",
+            "speed": 25000 if carrier else -1,  # Mb/s; -1: no link
         }
         if carrier is not None:
             files["carrier"] = carrier

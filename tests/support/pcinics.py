@@ -65,9 +65,24 @@ def set_numvfs(pf: str, count: int, timeout: float = 30.0) -> list[str]:
     while True:
         names = [vf_netdev(pf, i) for i in range(count)]
         if all(names):
-            return [n for n in names if n]
+            break
         if time.monotonic() > deadline:
             raise TimeoutError(f"VF netdevs of {pf} after {timeout:g} s: {names}")
+        time.sleep(0.1)
+    wait_link(pf, timeout)  # the PF resets when its VFs change
+    return [n for n in names if n]
+
+
+def wait_link(ifname: str, timeout: float = 30.0) -> None:
+    """Until an interface that is up has its link (igb takes about 2 s after up or a
+    reset; a VF's rate limit needs it)."""
+    flags = int(Path(f"/sys/class/net/{ifname}/flags").read_text(), 16)
+    if not flags & 1:  # IFF_UP
+        return
+    deadline = time.monotonic() + timeout
+    while Path(f"/sys/class/net/{ifname}/carrier").read_text().strip() != "1":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no link on {ifname} after {timeout:g} s")
         time.sleep(0.1)
 
 
