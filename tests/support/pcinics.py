@@ -46,6 +46,11 @@ def pci_of(ifname: str) -> str:
     return Path(f"/sys/class/net/{ifname}/device").resolve().name
 
 
+def total_vfs(pf: str) -> int:
+    """How many VFs the PF can have (sriov_totalvfs)."""
+    return int(Path(f"/sys/class/net/{pf}/device/sriov_totalvfs").read_text())
+
+
 def vf_netdev(pf: str, index: int) -> str | None:
     """The netdev of VF `index` of `pf`, None while it has none."""
     net = Path(f"/sys/class/net/{pf}/device/virtfn{index}/net")
