@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import hosttools, kernel, netns
+from tests.support import hosttools, kernel, netns, pcinics
 from tests.support.driverproc import RUNNING
 
 _kinds: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
@@ -36,6 +36,8 @@ def _host_links() -> set[str]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if IN_KERNEL_VM:  # the emulated NICs' links come with their drivers, not from a test
+        pcinics.load_drivers()
     if os.geteuid() == 0 and hosttools.missing("ip") is None:
         _baseline["links"] = _host_links()
 
