@@ -281,8 +281,9 @@ def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: s
     assert (release["status"], release["revision"]) == ("deployed", "1")
     installed = helm.manifest()
     assert {o["kind"] for o in installed} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
     }  # fmt: skip
     for obj in installed:
         stored = cluster.get(object_path(cluster, obj))

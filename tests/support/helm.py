@@ -55,7 +55,12 @@ def pod_env(pod: dict[str, Any]) -> dict[str, str]:
     """The driver container's environment as the kubelet would give it: values, and the
     downward API's fields of this pod."""
     [container] = pod["spec"]["containers"]
-    fields = {"spec.nodeName": pod["spec"]["nodeName"], "metadata.uid": pod["metadata"]["uid"]}
+    fields = {
+        "spec.nodeName": pod["spec"]["nodeName"],
+        "metadata.uid": pod["metadata"]["uid"],
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": pod["metadata"]["namespace"],
+    }
     env = {}
     for var in container["env"]:
         if "valueFrom" in var:
