@@ -75,7 +75,7 @@ def daemonset_env(helm: Helm) -> Callable[[dict[str, Any]], dict[str, str]]:
 
     def env(stand_in: dict[str, Any]) -> dict[str, str]:
         as_scheduled = {
-            "metadata": {"uid": stand_in["metadata"]["uid"]},
+            "metadata": {k: stand_in["metadata"][k] for k in ("uid", "name", "namespace")},
             "spec": {**spec, "nodeName": stand_in["spec"]["nodeName"]},
         }
         return pod_env(as_scheduled)
