@@ -34,6 +34,8 @@ _GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("linkState",), ("link_state",)),
     (("minTxRate", "maxTxRate"), ("min_tx_rate", "max_tx_rate")),
 )
+# The config key each VF setting comes from.
+_KEY_OF = {f: k for keys, fields in _GROUPS for k, f in zip(keys, fields, strict=True)}
 
 
 @dataclass(frozen=True)
@@ -236,7 +238,7 @@ class SriovVfHandler:
         cfg = netconfig.NetConfig.parse(req.config)
         pf = netlink.require(pf_name, "SR-IOV PF")
         current = netlink.vf_settings(pf, index) or netlink.VfSettings()
-        wanted = _wanted(req.config, current)
+        wanted = _wanted(req.config)
         before = {f: getattr(current, f) for keys, fields in wanted for f in fields}
         vf_link = netlink.require(ifname, "VF netdev")
         own_mac = vf_link.address if cfg.mac and vf_link.address != cfg.mac else None
@@ -252,7 +254,7 @@ class SriovVfHandler:
                 field = f"{netconfig.NETDEV_PATH}.{given[0]}"
                 what = f"{field}: PF {pf_name} refused {told} for VF {index}"
                 netlink.set_vf(pf, index, what, netlink.VfSettings(**group))
-            if own_mac and cfg.mac:
+            if own_mac and cfg.mac:  # cfg.mac for the type checker
                 _take_pf_mac(vf_link, cfg.mac, f"VF {index} of {pf_name}")
             netdev_cfg = replace(cfg, mac=None)  # the PF sets the VF's MAC
             claimed, network_data = hostif.claim(
@@ -280,9 +282,7 @@ class SriovVfHandler:
         _restore_vf(payload.vf)
 
 
-def _wanted(
-    config: Mapping[str, Any], current: netlink.VfSettings
-) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+def _wanted(config: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """The groups of VF settings the config sets, checked together (vlanQoS needs vlan)."""
     if "vlanQoS" in config and "vlan" not in config:
         raise ConfigError("vlanQoS needs vlan", f"{netconfig.NETDEV_PATH}.vlanQoS")
@@ -292,7 +292,7 @@ def _wanted(
 def _value(config: Mapping[str, Any], field: str, current: netlink.VfSettings) -> Any:
     """What VF setting `field` becomes: the config's value, or the one it has now for
     the other half of a pair the config sets one half of (a rate), or 0 (qos)."""
-    key = {f: k for keys, fields in _GROUPS for k, f in zip(keys, fields, strict=True)}[field]
+    key = _KEY_OF[field]
     if key in config:
         return config[key]
     return getattr(current, field) if field in ("min_tx_rate", "max_tx_rate") else 0
