@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from dradriver.apiserver.events import EventRecorder
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.kubeapi import KubeApi
 from dradriver.apiserver.publisher import Publisher
@@ -23,6 +24,7 @@ from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.claims import reconcile
 from dradriver.claims.budget import CallGate
+from dradriver.claims.failures import FailureEvents
 from dradriver.claims.prepare import Preparer
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
@@ -128,7 +130,8 @@ def run(settings: Settings) -> int:
     api = KubeApi(settings.kubeconfig)
     context = context_of(settings, api.server)
     records = RecordStore(settings.state_dir)
-    reporter = reporter_for(settings, api)
+    recorder = EventRecorder(api, settings.driver_name, settings.node_name)
+    reporter = reporter_for(settings, recorder)
     make_directories(settings)
     check_allow_lists(settings, reporter)
     paths = socket_paths(settings)
@@ -157,6 +160,7 @@ def run(settings: Settings) -> int:
         metrics=metrics,
         gate=gate,
         link_deletion_delay=settings.link_deletion_delay,
+        failures=FailureEvents(recorder),
     )
 
     with lock:  # another instance (rolling update) may be preparing right now

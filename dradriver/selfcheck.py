@@ -54,12 +54,12 @@ class Reporter:
             self._recorder.stop()
 
 
-def reporter_for(settings: Settings, api: KubeApi) -> Reporter:
+def reporter_for(settings: Settings, recorder: EventRecorder) -> Reporter:
     """A Reporter recording Events on the driver's pod when the settings name it."""
     if not (settings.pod_name and settings.pod_namespace and settings.pod_uid):
-        return Reporter(None, None)
+        return Reporter(recorder, None)
     pod = ObjectRef("Pod", settings.pod_namespace, settings.pod_name, settings.pod_uid)
-    return Reporter(EventRecorder(api, settings.driver_name, settings.node_name), pod)
+    return Reporter(recorder, pod)
 
 
 def check_allow_lists(settings: Settings, reporter: Reporter) -> None:

@@ -2,8 +2,10 @@
 
 Events are posted from one background thread: recording never waits for the API server.
 Each distinct event is posted once per process (a message repeated every half minute in
-the log is one Event), the queue is bounded and what does not fit is dropped: Events are
-best effort, the log line beside each one is the record that counts.
+the log is one Event, a claim the kubelet retries with the same error is one Event), at
+most BURST at once and one per REFILL_SECONDS after that (a stream of failing pods cannot
+flood the API server), and the queue is bounded; what does not fit is dropped: Events
+are best effort, the log line beside each one is the record that counts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +31,8 @@ MAX_REMEMBERED = 256  # distinct events this process will not post again
 POST_TIMEOUT = 5.0  # seconds one POST may take
 NOTE_LIMIT = 1024  # events.k8s.io/v1 refuses a longer note
 FIELD_LIMIT = 128  # reason, action, reportingInstance
+BURST = 10  # Events posted at once, at most
+REFILL_SECONDS = 6.0  # then one more per this many seconds: at most 10 a minute
 
 
 class EventApi(Protocol):
@@ -96,9 +101,18 @@ def event_body(
 class EventRecorder:
     """Posts Events about objects in the background, each distinct one once."""
 
-    def __init__(self, api: EventApi, driver_name: str, node_name: str) -> None:
+    def __init__(
+        self,
+        api: EventApi,
+        driver_name: str,
+        node_name: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """Events are reported by controller `<driver_name>/driver`, instance `node_name`."""
         self._api = api
+        self._clock = clock
+        self._tokens = float(BURST)
+        self._filled = clock()
         self._controller = f"{driver_name}/driver"
         self._instance = node_name
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(MAX_QUEUED)
@@ -115,6 +129,9 @@ class EventRecorder:
             self._seen[key] = None
             if len(self._seen) > MAX_REMEMBERED:
                 del self._seen[next(iter(self._seen))]
+            if not self._take_token():
+                event(log, logging.INFO, "event dropped: rate limit", reason=reason, note=note)
+                return
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="events", daemon=True)
                 self._thread.start()
@@ -125,6 +142,16 @@ class EventRecorder:
             self._queue.put_nowait(body)
         except queue.Full:
             event(log, logging.DEBUG, "event dropped: queue full", reason=reason)
+
+    def _take_token(self) -> bool:
+        """Whether the rate limit lets one more Event through now (under the lock)."""
+        now = self._clock()
+        self._tokens = min(float(BURST), self._tokens + (now - self._filled) / REFILL_SECONDS)
+        self._filled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
     def stop(self, timeout: float = 5.0) -> None:
         """Post what is queued (within `timeout` seconds) and stop the thread."""

@@ -63,6 +63,9 @@ class StatusSink(Protocol):
         """Queue the status of an idempotent re-prepare, unless it was written already."""
 
 
+_NO_CLAIM = Fetched()  # a claim prepared from its record: no object
+
+
 class _NotFetched(BaseException):
     """The claim's object is needed but was not fetched: its prepared record went away
     between the fetch and the lock. Not an Exception, so `_guarded` lets it through."""
@@ -84,6 +87,10 @@ class Outcome:
     error: str | None = None
 
 
+# Told of a claim whose prepare failed: its ref, the error answered, its object if fetched.
+FailureSink = Callable[[ClaimRef, str, Mapping[str, Any] | None], None]
+
+
 class Preparer:
     """Prepares and unprepares claims; holds no claim state in memory."""
 
@@ -103,12 +110,14 @@ class Preparer:
         boot_id: str | None = None,
         link_deletion_delay: float = linkreaper.DEFAULT_DELAY,
         injection: str = CDI,
+        failures: FailureSink | None = None,
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
         boot's (read from the kernel when not given); links of unprepared claims are
         deleted `link_deletion_delay` seconds after the answer; `injection` the mode new
-        claims are prepared in (a prepared claim keeps its own)."""
+        claims are prepared in (a prepared claim keeps its own); `failures` hears of each
+        claim whose prepare failed, with its object when it was fetched."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -120,6 +129,7 @@ class Preparer:
         self.metrics = metrics
         self.gate = gate or CallGate()
         self.injection = injection
+        self.failures = failures
         self.fetcher = ClaimFetcher(api)
         self.reaper = linkreaper.LinkReaper(
             self.gate.lock,
@@ -196,11 +206,13 @@ class Preparer:
                 continue  # a failed fetch is a better answer than "not started"
             claim = fetched[ref.uid].get if ref.uid in fetched else _not_fetched
             try:
-                outcomes[ref.uid] = self._guarded(
-                    "prepare", ref, partial(self._prepare, ref, taken, claim)
-                )
+                outcome = self._guarded("prepare", ref, partial(self._prepare, ref, taken, claim))
             except _NotFetched:
                 unfetched.append(ref)
+                continue
+            outcomes[ref.uid] = outcome
+            if outcome.error is not None and self.failures is not None:
+                self.failures(ref, outcome.error, fetched.get(ref.uid, _NO_CLAIM).claim)
         return unfetched
 
     def _needs_claim(self, ref: ClaimRef) -> bool:

@@ -428,7 +428,7 @@ def test_renderings_validate_against_kubernetes_schema(helm, tmp_path, variant):
 def test_optional_objects_and_metrics(helm, tmp_path):
     defaults = render(helm)
     assert {d["kind"] for d in defaults} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
         "DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         "DeviceClass",
     }  # fmt: skip

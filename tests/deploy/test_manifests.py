@@ -175,21 +175,16 @@ def test_clusterrole_grants_exactly_what_the_driver_needs():
             },
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
             {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list"]},
+            # Events on the pods of failed claims, in their namespaces, and on its own pod.
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
         ]
     )
     assert _rules(one("ClusterRole", "dra-driver")["rules"]) == want
 
 
-def test_events_are_granted_in_the_driver_namespace_only():
-    """The driver records Events about its own pods: create, in its namespace, no more."""
-    role = one("Role", "dra-driver-events")
-    assert role["metadata"]["namespace"] == "dra-system"
-    assert _rules(role["rules"]) == {("events.k8s.io", "events", (), "create")}
-    binding = one("RoleBinding", "dra-driver-events")
-    assert binding["roleRef"]["name"] == "dra-driver-events"
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "dra-driver", "namespace": "dra-system"}
-    ]
+def test_the_driver_has_no_namespaced_role():
+    """Every grant is in the one ClusterRole the tests above pin."""
+    assert [name for name, o in OBJECTS if o["kind"] in ("Role", "RoleBinding")] == []
 
 
 def test_clusterrolebinding_binds_the_daemonset_service_account():

@@ -17,6 +17,8 @@ from dradriver import selfcheck
 from dradriver.apiserver.deviceclasses import classes_for
 from dradriver.apiserver.events import EventRecorder, ObjectRef
 from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.claims.failures import FailureEvents
+from dradriver.contract.hookspecs import ClaimRef
 from dradriver.settings import Settings
 from localcluster.apiclient import ApiError
 from tests.support.driverproc import DRIVER
@@ -128,10 +130,7 @@ def test_deployed_rbac_is_all_the_driver_has(cluster: Cluster) -> None:
             for s in b.get("subjects") or []:
                 if s.get("kind") == "ServiceAccount" and s.get("name") == DRIVER_SA:
                     subjects.append((kind, b["metadata"]["name"], b["roleRef"]["name"]))
-    assert sorted(subjects) == [
-        ("clusterrolebindings", "dra-driver", "dra-driver"),
-        ("rolebindings", "dra-driver-events", "dra-driver-events"),
-    ]
+    assert sorted(subjects) == [("clusterrolebindings", "dra-driver", "dra-driver")]
 
     # Outside its role, the token gets nothing.
     token = cluster.kubeconfig_token(cluster.driver_kubeconfig)
@@ -140,7 +139,6 @@ def test_deployed_rbac_is_all_the_driver_has(cluster: Cluster) -> None:
         ("GET", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/secrets"),
         ("GET", f"{RESOURCE}/resourceclaims"),
         ("GET", "/api/v1/nodes"),
-        ("POST", "/apis/events.k8s.io/v1/namespaces/default/events"),
         ("GET", f"/apis/events.k8s.io/v1/namespaces/{DRIVER_NAMESPACE}/events"),
         ("DELETE", f"/api/v1/nodes/{cluster.node}"),
     ]:
@@ -177,6 +175,36 @@ def test_the_driver_reports_what_cannot_work_with_its_own_credentials(
     assert stored["message"].startswith("no DeviceClass selects driver dra.example.org")
     assert f"classes: {DRIVER} (network-devices" in stored["message"]
     assert stored["reportingComponent"] == f"{DRIVER}/driver"
+
+
+def test_a_failed_prepare_is_an_event_on_the_claims_pod_in_its_namespace(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the driver's own credentials, the Event lands on a pod of a workload
+    namespace (not the driver's), where `kubectl describe pod` finds it."""
+    api = KubeApi(str(cluster.driver_kubeconfig))
+    pod_uid, claim_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    claim = {
+        "metadata": {"name": "c1", "namespace": "default", "uid": claim_uid},
+        "status": {"reservedFor": [{"resource": "pods", "name": "web-0", "uid": pod_uid}]},
+    }
+    failures = FailureEvents(EventRecorder(api, DRIVER, cluster.node))
+    error = f"claim default/c1 ({claim_uid}): config $.netdev.mtu: 70000 is above 65535"
+    with caplog.at_level(logging.WARNING, logger="dradriver"):
+        failures(ClaimRef("default", "c1", claim_uid), error, claim)
+        failures.stop()
+    refused = [r.error for r in caplog.records if r.getMessage() == "cannot record an event"]
+    assert not refused, refused
+    [stored] = wait_for(
+        "the Event",
+        lambda: cluster.get(
+            f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.uid={pod_uid}"
+        )["items"],
+    )
+    assert (stored["involvedObject"]["kind"], stored["involvedObject"]["name"]) == ("Pod", "web-0")
+    assert (stored["type"], stored["reason"], stored["message"]) == (
+        "Warning", "PrepareFailed", error,
+    )  # fmt: skip
 
 
 def test_driver_cannot_write_another_nodes_slice(cluster: Cluster, other_node: str) -> None:

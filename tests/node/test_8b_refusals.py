@@ -204,6 +204,16 @@ def test_configs_that_failed_inside_the_pod_are_refused_at_prepare(
     assert "request nic" in message
     _not_running(cluster, kns, "p")
     assert not driver_state(cluster.local.lay).records
+    # The driver's own Event on the pod, beside the kubelet's: what `kubectl describe`
+    # lists with its reason, the driver as its source, and the claim and field it names.
+    [ours] = wait_for(
+        "the driver's PrepareFailed event",
+        lambda: [e for e in cluster.events(kns, "p") if e.get("reason") == "PrepareFailed"],
+        30,
+        log=lambda: cluster.describe_pod(kns, "p"),
+    )
+    assert (ours["type"], ours["reportingComponent"]) == ("Warning", "dra.example.com/driver")
+    assert f"config {where}: {why}" in ours["message"] and f"claim {kns}/p-net-" in ours["message"]
 
 
 def _pod_of_template(name: str, template_name: str) -> dict[str, Any]:

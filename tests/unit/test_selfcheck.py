@@ -16,8 +16,10 @@ import yaml
 from dradriver import selfcheck
 from dradriver.apiserver.deviceclasses import classes_for, drivers_of, named_drivers
 from dradriver.apiserver.events import (
+    BURST,
     MAX_QUEUED,
     NOTE_LIMIT,
+    REFILL_SECONDS,
     WARNING,
     EventRecorder,
     ObjectRef,
@@ -151,12 +153,30 @@ def test_each_distinct_event_is_posted_once():
 def test_recording_never_waits_for_the_api_server_and_the_queue_is_bounded():
     api = Api()
     api.gate.clear()  # the API server does not answer
-    recorder = EventRecorder(api, "dra.example.com", "n1")
+    ticks = iter(range(0, 10**6, 60))  # a minute between records: the rate limit allows all
+    recorder = EventRecorder(api, "dra.example.com", "n1", clock=lambda: next(ticks))
     for i in range(MAX_QUEUED + 20):
         recorder.record(POD, WARNING, "R", f"event {i}")  # returns at once: no deadlock
     api.gate.set()
     recorder.stop()
     assert MAX_QUEUED <= len(api.posted) <= MAX_QUEUED + 1  # one was in flight
+
+
+def test_events_beyond_the_burst_are_dropped_until_the_rate_allows_more(caplog):
+    now = [0.0]
+    api = Api()
+    recorder = EventRecorder(api, "dra.example.com", "n1", clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="dradriver.apiserver.events"):
+        for i in range(BURST + 5):  # a burst of distinct failures
+            recorder.record(POD, WARNING, "PrepareFailed", f"claim {i}")
+        now[0] += REFILL_SECONDS * 2  # two more after two refill periods
+        for i in range(5):
+            recorder.record(POD, WARNING, "PrepareFailed", f"later claim {i}")
+        recorder.stop()
+    notes = [b["note"] for _, _, b in api.posted]
+    assert notes == [f"claim {i}" for i in range(BURST)] + ["later claim 0", "later claim 1"]
+    dropped = [r for r in caplog.records if r.getMessage() == "event dropped: rate limit"]
+    assert len(dropped) == 8 and dropped[0].note == f"claim {BURST}"
 
 
 def test_an_event_the_api_server_refuses_is_a_warning_in_the_log(caplog):
@@ -217,11 +237,13 @@ def test_a_driver_name_a_class_selects_or_an_unreadable_list_is_not_reported(cap
 
 def test_without_a_pod_the_findings_go_to_the_log_only(caplog):
     settings = Settings(node_name="n1", pod_uid="u1")  # a host process: no pod name
-    reporter = selfcheck.reporter_for(settings, None)  # type: ignore[arg-type]
+    api = Api()
+    reporter = selfcheck.reporter_for(settings, EventRecorder(api, "dra.example.com", "n1"))
     with caplog.at_level(logging.ERROR, logger="dradriver.selfcheck"):
         selfcheck.nag(settings, reporter, nri_lost=True, registered=False)
     assert len(caplog.records) == 2
     reporter.stop()
+    assert api.posted == []
 
 
 def test_the_nag_records_each_problem_once_as_an_event():
