@@ -67,6 +67,7 @@ def context_of(settings: Settings, api_server: str | None = None) -> HandlerCont
         parent_interfaces=settings.parent_interfaces,
         virtual_parents=settings.virtual_parents,
         sriov_pfs=settings.sriov_pfs,
+        multus_resource_name=settings.multus_resource_name,
         dev_root=settings.dev_root,
         virtual_slots=settings.virtual_slots,
         owner=naming.owner_id(settings.driver_name, os.path.realpath(settings.state_dir)),

@@ -49,6 +49,7 @@ class Settings:
     parent_interfaces: tuple[str, ...] = field(default_factory=tuple)
     virtual_parents: tuple[str, ...] = field(default_factory=tuple)
     sriov_pfs: tuple[str, ...] = field(default_factory=tuple)
+    multus_resource_name: str = ""
     claim_address_ranges: tuple[str, ...] = field(default_factory=tuple)
     macvlan_global_macs: tuple[str, ...] = field(default_factory=tuple)
     dev_root: Path = Path("/dev")
@@ -109,6 +110,13 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "sriov_pfs",
         "",
         "comma-separated physical functions (globs) whose VFs are offered (default none)",
+    )
+    flag(
+        "--multus-resource-name",
+        "multus_resource_name",
+        "",
+        "resource name (domain/name) published as k8s.cni.cncf.io/resourceName on host NICs "
+        "and VFs, for Multus (default none)",
     )
     flag(
         "--claim-address-ranges",
@@ -234,6 +242,12 @@ def from_args(args: argparse.Namespace) -> Settings:
         global_macs = macs.allowed_global(split_list(args.macvlan_global_macs))
     except ValueError as exc:
         raise SystemExit(f"--macvlan-global-macs: {exc}") from None
+    multus = str(args.multus_resource_name)
+    if multus and not naming.is_resource_name(multus):
+        raise SystemExit(
+            f"--multus-resource-name must be <domain>/<name> (e.g. example.com/sriov), "
+            f"at most 63 characters, got {multus!r}"
+        )
     values: dict[str, object] = {
         "node_name": args.node_name,
         "driver_name": args.driver_name,
@@ -242,6 +256,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         "parent_interfaces": split_list(args.parent_interfaces),
         "virtual_parents": split_list(args.virtual_parents),
         "sriov_pfs": split_list(args.sriov_pfs),
+        "multus_resource_name": multus,
         "claim_address_ranges": ranges,
         "macvlan_global_macs": global_macs,
         "dev_root": Path(args.dev_root),

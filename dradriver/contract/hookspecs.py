@@ -98,6 +98,7 @@ class HandlerContext:
     `owner`: this driver instance (naming.owner_id), put in the tag of every interface
     it creates; instances never touch interfaces another owner tagged.
     `claim_address_ranges`: networks (CIDR) claims may take their ipAddresses from.
+    `multus_resource_name`: published as Multus's resourceName on PCI netdevs ("": none).
     `protected_addresses`: (address, what it is) no claim may take besides the node's
     own addresses and gateways, e.g. the API server's.
     """
@@ -108,6 +109,7 @@ class HandlerContext:
     parent_interfaces: tuple[str, ...] = ()
     virtual_parents: tuple[str, ...] = ()
     sriov_pfs: tuple[str, ...] = ()
+    multus_resource_name: str = ""
     dev_root: Path = Path("/dev")
     virtual_slots: int = 128
     owner: str = "000000000000"

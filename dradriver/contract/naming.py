@@ -21,6 +21,7 @@ _ALIAS_RE = re.compile(
 
 _DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_RESOURCE_SHORT_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _UID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CDI_NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 
@@ -33,6 +34,18 @@ def is_dns_label(name: str) -> bool:
 def is_dns_subdomain(name: str) -> bool:
     """Whether `name` is a Kubernetes DNS subdomain (driver and node names)."""
     return len(name) <= 253 and bool(_DNS_SUBDOMAIN_RE.fullmatch(name))
+
+
+def is_resource_name(name: str) -> bool:
+    """Whether `name` is an extended resource name (`<domain>/<name>`, as device plugins
+    and Multus name resources), short enough for a device attribute."""
+    domain, slash, short = name.partition("/")
+    return (
+        bool(slash)
+        and len(name) <= 63
+        and is_dns_subdomain(domain)
+        and _RESOURCE_SHORT_RE.fullmatch(short) is not None
+    )
 
 
 def is_claim_uid(uid: str) -> bool:

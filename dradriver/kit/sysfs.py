@@ -19,6 +19,7 @@ _PCI_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")  # fullmatch: a root compl
 # The attribute names Kubernetes standardised (k8s.io/dynamic-resource-allocation's
 # deviceattribute package), so one claim can align devices of several drivers.
 STANDARD = "resource.kubernetes.io/"
+MULTUS = "k8s.cni.cncf.io/"  # the attributes Multus reads from a DRA device
 
 
 class Sysfs:
@@ -144,15 +145,19 @@ class Sysfs:
         return netdevs[0] if netdevs else None
 
 
-def pci_attributes(fs: Sysfs, pci: str) -> dict[str, Any]:
+def pci_attributes(fs: Sysfs, pci: str, multus_resource_name: str = "") -> dict[str, Any]:
     """What a PCI function is published with: the standard attributes (bus ID, PCIe
-    root, NUMA node) and its vendor and device IDs; what sysfs does not say is left out."""
+    root, NUMA node), its vendor and device IDs, and what Multus reads (its PCI address
+    as deviceID; the operator's resource name, if set); what sysfs does not say is left
+    out."""
     attrs: dict[str, Any] = {
         STANDARD + "pciBusID": pci,
         STANDARD + "pcieRoot": fs.pcie_root(pci),
         STANDARD + "numaNode": fs.pci_numa_node(pci),
         "pciVendorID": fs.pci_id(pci, "vendor"),
         "pciDeviceID": fs.pci_id(pci, "device"),
+        MULTUS + "deviceID": pci,
+        MULTUS + "resourceName": multus_resource_name or None,
     }
     return {k: v for k, v in attrs.items() if v is not None}
 

@@ -46,7 +46,7 @@ def discover(context: HandlerContext) -> list[Device]:
             if value is not None:
                 attrs[name] = value
         if pci:
-            attrs.update(sysfs.pci_attributes(fs, pci))
+            attrs.update(sysfs.pci_attributes(fs, pci, context.multus_resource_name))
         carrier = fs.read("class", "net", ifname, "carrier")
         vfs = fs.active_vfs(ifname)
         problem = _has_vfs(ifname, vfs) if vfs else "no carrier" if carrier == "0" else ""

@@ -150,7 +150,7 @@ def discover(context: HandlerContext) -> list[Device]:
             ):
                 if value is not None:
                     attrs[name] = value
-            attrs.update(sysfs.pci_attributes(fs, vf_pci))
+            attrs.update(sysfs.pci_attributes(fs, vf_pci, context.multus_resource_name))
             devices.append(Device(naming.published_device_name("vf", vf_pci), attrs))
     return devices
 

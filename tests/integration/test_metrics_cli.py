@@ -70,6 +70,30 @@ def test_handlers_command_lists_every_kind_and_plugin():
         assert pair in out
 
 
+def test_discover_publishes_the_operators_multus_resource_name_on_pci_netdevs(tmp_path):
+    fs = FakeSys(tmp_path)
+    fs.nic("ens1f1", "0000:3b:00.1")
+    fs.sriov("ens2f0", "0000:5e:00.0", {0: ("0000:5e:00.2", "ens2f0v0")})
+    flags = ["--sysfs-root", str(tmp_path), "--parent-interfaces", "ens1f*", "-o", "json"]
+    flags += ["--sriov-pfs", "ens2f0", "--multus-resource-name", "example.com/sriov"]
+    out = _run("discover", "--node-name", "node-a", *flags)
+    assert out.returncode == 0, out.stderr
+    [s] = json.loads(out.stdout)["items"]
+    named = {
+        d["attributes"]["kind"]["string"]: d["attributes"]["k8s.cni.cncf.io/resourceName"]
+        for d in s["spec"]["devices"]
+        if "k8s.cni.cncf.io/resourceName" in d["attributes"]
+    }
+    assert named == {
+        "host-device": {"string": "example.com/sriov"},
+        "sriov-vf": {"string": "example.com/sriov"},
+    }
+    for bad in ("sriov", "Example.com/x", "example.com/" + "x" * 60, "example.com/-x"):
+        refused = _run("discover", "--node-name", "n", "--multus-resource-name", bad)
+        assert refused.returncode != 0
+        assert "--multus-resource-name must be <domain>/<name>" in refused.stderr
+
+
 def test_validate_config_exit_codes_and_every_error(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("type: netdev\nnetdev: {kind: dummy, interfaceName: net1}\n")
@@ -102,3 +126,9 @@ def test_discover_prints_what_a_node_with_this_hardware_publishes(tmp_path, fmt)
     assert sorted(kinds.values()) == ["host-device", "sriov-vf", "uverbs", "virtual"]
     assert "nic-ens1f1" in kinds and "nic-ens1f0" not in kinds  # ens1f0 is mlx5_0's netdev
     assert s["spec"]["pool"] == {"name": "node-a", "generation": 1, "resourceSliceCount": 1}
+    # What Multus reads: the PCI address on PCI netdevs; no resource name unless set.
+    attrs = {d["name"]: d["attributes"] for d in s["spec"]["devices"]}
+    assert attrs["nic-ens1f1"]["k8s.cni.cncf.io/deviceID"] == {"string": "0000:3b:00.1"}
+    [vf] = [a for a in attrs.values() if a["kind"]["string"] == "sriov-vf"]
+    assert vf["k8s.cni.cncf.io/deviceID"] == {"string": "0000:5e:00.2"}
+    assert not any("k8s.cni.cncf.io/resourceName" in a for a in attrs.values())

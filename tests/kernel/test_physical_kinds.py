@@ -151,6 +151,7 @@ def test_discovery_offers_only_allowed_non_primary_interfaces(tmp_path, in_ns):
         "resource.kubernetes.io/numaNode": 1,
         "pciVendorID": "15b3",
         "pciDeviceID": "101d",
+        "k8s.cni.cncf.io/deviceID": "0000:00:04.0",
     }
     assert "linkSpeedMbps" not in devices["nic-eth2"].attributes  # no link: no speed
     assert devices["nic-eth1"].healthy and not devices["nic-eth2"].healthy
