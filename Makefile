@@ -27,6 +27,10 @@ HELM_ARGS ?=
 # The chart names its objects after the release (plus -dra-driver unless it has it).
 HELM_DAEMONSET = $(if $(findstring dra-driver,$(RELEASE)),$(RELEASE),$(RELEASE)-dra-driver)
 LOCAL_DIR ?= /tmp/dra-demo
+# The Kubernetes release of the local cluster (e2e, node and cluster tiers, make demo):
+# empty for the one hack/k8s/go.mod pins, v1.36.3 for the previous minor
+# (hack/k8s/v1.36.3.mod), e.g. `make e2e K8S_VERSION=v1.36.3`.
+export K8S_VERSION
 # Nodes of the `make demo` cluster.
 NODES ?= 2
 # Arguments of `make bench`, e.g. BENCH_ARGS='--only node-churn' (the real node's pod
@@ -41,7 +45,7 @@ NETWORK_CHECK = $(PYTHON) deploy/network-check.py --kubectl "$(KUBECTL)" --conte
 CHECK_FILES =
 APPLY = apply
 ifeq ($(CLUSTER),local)
-# The node `make demo` runs: kubectl v1.36 built here, through the demo's kubeconfig; the
+# The node `make demo` runs: kubectl built here (K8S_VERSION), through the demo's kubeconfig; the
 # examples as the demo adapted them to this kernel (e.g. veth where dummy is missing).
 LOCAL_KUBECTL = $(shell hack/build-k8s.sh --bin-dir)/kubectl --kubeconfig $(LOCAL_DIR)/kubeconfig \
 	--cache-dir $(LOCAL_DIR)/kubectl-cache

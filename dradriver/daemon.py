@@ -162,6 +162,7 @@ def run(settings: Settings) -> int:
         gate=gate,
         link_deletion_delay=settings.link_deletion_delay,
         failures=FailureEvents(recorder),
+        metadata_root=settings.plugin_dir,
     )
 
     with lock:  # another instance (rolling update) may be preparing right now

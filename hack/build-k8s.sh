@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the real Kubernetes control plane (etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager, and kubectl) for the e2e tier, and
-# the kubelet for the node tier, from the Go module pinned in hack/k8s/go.mod,
-# into .cache/k8s/<version>/bin/.
+# the kubelet for the node tier, from the Go module pinned in hack/k8s/go.mod
+# (the default release) or hack/k8s/<version>.mod (K8S_VERSION=<version>, an
+# earlier release the tiers also run on), into .cache/k8s/<version>/bin/.
 #
 #   hack/build-k8s.sh              build if needed (idempotent; a no-op when
 #                                  the binaries for this version exist)
@@ -10,6 +11,8 @@
 #   hack/build-k8s.sh --force      rebuild even if up to date
 #
 # Environment:
+#   K8S_VERSION=v1.36.3  build that release (hack/k8s/v1.36.3.mod); unset or
+#       empty: the one hack/k8s/go.mod pins.
 #   K8S_BUILD_KUBECTL=0  skip kubectl (on by default: ~25 s more on a cold
 #       build; the tests apply objects with Python, kubectl is for people).
 #   K8S_BUILD_MODE=sequential|single  sequential (default): one `go build` per
@@ -24,11 +27,22 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MOD_DIR="$ROOT/hack/k8s"
 
-K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$MOD_DIR/go.mod")"
-if [[ -z "$K8S_VERSION" ]]; then
+DEFAULT_VERSION="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$MOD_DIR/go.mod")"
+if [[ -z "$DEFAULT_VERSION" ]]; then
     echo "build-k8s: cannot find k8s.io/kubernetes in $MOD_DIR/go.mod" >&2
     exit 1
 fi
+K8S_VERSION="${K8S_VERSION:-$DEFAULT_VERSION}"
+MOD_FILE="$MOD_DIR/go.mod"
+if [[ "$K8S_VERSION" != "$DEFAULT_VERSION" ]]; then
+    MOD_FILE="$MOD_DIR/$K8S_VERSION.mod"
+    if [[ ! "$K8S_VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ || ! -f "$MOD_FILE" ]]; then
+        echo "build-k8s: K8S_VERSION=$K8S_VERSION: no $MOD_FILE; the releases here:" \
+            "$DEFAULT_VERSION (go.mod)" $(cd "$MOD_DIR" && ls v*.mod 2>/dev/null | sed 's/\.mod$//') >&2
+        exit 2
+    fi
+fi
+SUM_FILE="${MOD_FILE%.mod}.sum"
 OUT_DIR="$ROOT/.cache/k8s/$K8S_VERSION/bin"
 
 FORCE=0
@@ -36,7 +50,7 @@ for arg in "$@"; do
     case "$arg" in
         --bin-dir) echo "$OUT_DIR"; exit 0 ;;
         --force) FORCE=1 ;;
-        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-k8s: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -56,7 +70,7 @@ export GOTOOLCHAIN=local
 export CGO_ENABLED=0
 # -modcacherw: the module cache stays deletable with a plain rm -rf;
 # -buildvcs=false: the binaries do not depend on the state of this git tree.
-export GOFLAGS="-modcacherw -mod=readonly -buildvcs=false"
+export GOFLAGS="-modcacherw -mod=readonly -buildvcs=false -modfile=$MOD_FILE"
 
 # name=package; the etcd main lives in the helper module itself.
 COMPONENTS=(
@@ -76,7 +90,7 @@ STAMP_KEY="$(
     {
         echo "$K8S_VERSION"
         "$GO" env GOVERSION
-        cat "$MOD_DIR/go.mod" "$MOD_DIR/go.sum" "$MOD_DIR/cmd/etcd/main.go" "${BASH_SOURCE[0]}"
+        cat "$MOD_FILE" "$SUM_FILE" "$MOD_DIR/cmd/etcd/main.go" "${BASH_SOURCE[0]}"
         printf '%s\n' "${COMPONENTS[@]}"
     } | sha256sum | cut -c1-16
 )"

@@ -13,8 +13,23 @@ from .images import BUSYBOX
 from .nodeconfig import CNI_BIN_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# The Kubernetes release hack/k8s/go.mod pins (hack/build-k8s.sh builds it).
-K8S_VERSION = "v1.36.3"
+
+
+def k8s_version() -> str:
+    """The Kubernetes release the local cluster runs: K8S_VERSION if set (an earlier
+    release with its hack/k8s/<version>.mod), else the one hack/k8s/go.mod pins; the
+    one hack/build-k8s.sh builds for the same environment."""
+    chosen = os.environ.get("K8S_VERSION", "")
+    if chosen:
+        return chosen
+    for line in (REPO_ROOT / "hack" / "k8s" / "go.mod").read_text().splitlines():
+        fields = line.split()
+        if fields[:1] == ["k8s.io/kubernetes"]:
+            return fields[1]
+    raise RuntimeError("hack/k8s/go.mod pins no k8s.io/kubernetes")
+
+
+K8S_VERSION = k8s_version()
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "pause")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
@@ -60,7 +75,7 @@ class Binaries:
         return self.k8s / "kubelet"
 
     def kubectl(self) -> Path:
-        """kubectl (v1.36, built with the control plane)."""
+        """kubectl (of K8S_VERSION, built with the control plane)."""
         return self.k8s / "kubectl"
 
     def __getitem__(self, name: str) -> Path:

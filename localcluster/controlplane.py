@@ -353,7 +353,7 @@ class ControlPlane(ServiceAccountTokens):
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run kubectl as admin: bin_dir's (v1.36, built by hack/build-k8s.sh unless
+        """Run kubectl as admin: bin_dir's (K8S_VERSION, built by hack/build-k8s.sh unless
         K8S_BUILD_KUBECTL=0), else the one on PATH (the image's is v1.32)."""
         exe = self.bin_dir / "kubectl"
         binary = str(exe) if exe.exists() else shutil.which("kubectl")

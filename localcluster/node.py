@@ -186,7 +186,7 @@ class LocalNode:
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """kubectl v1.36 as admin, through the host-side forwarder."""
+        """kubectl as admin, through the host-side forwarder."""
         return self.control_plane.kubectl(*args, check=check, input=input)
 
     def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:

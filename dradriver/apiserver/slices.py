@@ -69,7 +69,7 @@ def device_json(device: Device) -> dict[str, Any]:
                 attribute=name,
             )
             continue
-        attributes[name] = _attribute(device.name, name, value)
+        attributes[name] = attribute_json(device.name, name, value)
     out: dict[str, Any] = {"name": device.name, "attributes": attributes}
     if device.capacity:
         out["capacity"] = {name: _capacity(c) for name, c in sorted(device.capacity.items())}
@@ -78,7 +78,8 @@ def device_json(device: Device) -> dict[str, Any]:
     return out
 
 
-def _attribute(device: str, name: str, value: object) -> dict[str, Any]:
+def attribute_json(device: str, name: str, value: object) -> dict[str, Any]:
+    """One attribute value in resource.k8s.io/v1 form (a string cut to the API's limit)."""
     if isinstance(value, bool):
         return {"bool": value}
     if isinstance(value, int):

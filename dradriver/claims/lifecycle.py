@@ -2,7 +2,8 @@
 
 Order of a commit, which makes it crash-safe: each handler journals what it is about to
 create or change (a record in phase "preparing", written before any kernel change), does
-its kernel work, then the CDI specs are written, then the record in phase "prepared":
+its kernel work, then the device metadata files and the CDI specs (which mount those
+files) are written, then the record in phase "prepared":
 the commit point. A failure before the commit undoes what the claim created; a crash
 before it leaves a journal that start-up reconciliation rolls back. None of these writes
 is fsynced: they must survive a crash of this process, and what they describe does not
@@ -29,19 +30,21 @@ from typing import Any
 from dradriver.base.errors import ConfigError, DeviceError, DriverError
 from dradriver.base.log import event
 from dradriver.base.timing import phase
+from dradriver.claims import devicemeta
 from dradriver.claims.plan import Plan, Planner, recorded_config
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import (
     CDI,
     NRI,
     ClaimRef,
+    Device,
     Handler,
     HandlerContext,
     Prepared,
 )
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import linkreaper, netlink
-from dradriver.state import cdi, injection
+from dradriver.state import cdi, injection, metadata
 from dradriver.state.moves import moves_of
 from dradriver.state.records import PREPARED, PREPARING, ClaimRecord, DeviceRecord, Encoded
 from dradriver.state.recordstore import RecordStore
@@ -80,9 +83,11 @@ class ClaimLifecycle:
         planner: Planner,
         boot_id: str | None,
         reaper: linkreaper.LinkReaper,
+        metadata_root: Path | None = None,
     ) -> None:
         """Wire the collaborators; `planner` plans a claim again from its record,
-        `reaper` deletes the links of released claims."""
+        `reaper` deletes the links of released claims; `metadata_root` (the driver's
+        plugin directory) holds the device metadata files (None: none are written)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -90,6 +95,7 @@ class ClaimLifecycle:
         self.planner = planner
         self.boot_id = boot_id
         self.reaper = reaper
+        self.metadata_root = metadata_root
 
     # -- commit -------------------------------------------------------------------------
 
@@ -99,6 +105,7 @@ class ClaimLifecycle:
         plans: Sequence[Plan],
         pod_uids: Sequence[str],
         replacing: ClaimRecord | None = None,
+        pod_claim: str | None = None,
     ) -> ClaimRecord:
         """Prepare every planned device, write the specs, commit the record; all or nothing.
 
@@ -106,11 +113,13 @@ class ClaimLifecycle:
         carry no netDevices and the record says what moves into the pod's namespace.
         `replacing`: the committed record this one replaces (prepare_again); should this
         commit be rolled back, that record is put back, so the repair is tried again.
+        `pod_claim`: the pod's name for a claim made from a template (metadata files).
         """
         mode = plans[0].req.injection if plans else CDI
         record = ClaimRecord(
             ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id, injection=mode
         )
+        record.pod_claim_name = replacing.pod_claim_name if replacing else pod_claim
         if replacing is not None:
             # Encoded once: each device's journal write repeats it (a large claim's
             # record is hundreds of kB).
@@ -129,8 +138,13 @@ class ClaimLifecycle:
                 record.configs[plan.req.key] = dict(plan.req.config)
                 if mode == NRI:
                     record.moves[plan.req.key] = moves_of(prepared)
+            mounts = {}
+            if self.metadata_root is not None:
+                with phase("metadata"):
+                    mounts = devicemeta.mounts(self.metadata_root, self._driver, record)
+                    devicemeta.write(self.metadata_root, self._driver, record, self._lookup)
             with phase("specs"):
-                record.specs = self._specs(ref, done)
+                record.specs = self._specs(ref, done, mounts)
                 record.cdi_specs = sorted(record.specs)
                 for name, spec in sorted(record.specs.items()):
                     cdi.write_spec(cdi.spec_file(self.cdi_dir, name), spec)
@@ -167,9 +181,22 @@ class ClaimLifecycle:
 
         return journal
 
-    def _specs(self, ref: ClaimRef, done: list[tuple[Plan, Prepared]]) -> dict[str, Any]:
+    @property
+    def _driver(self) -> str:
+        return self.context.driver_name
+
+    def _lookup(self, name: str) -> Device | None:
+        return self.planner.inventory.lookup(name)
+
+    def _specs(
+        self,
+        ref: ClaimRef,
+        done: list[tuple[Plan, Prepared]],
+        mounts: Mapping[str, Mapping[str, Any]],
+    ) -> dict[str, Any]:
         """One CDI spec per device type of the claim, each device under its plan's CDI ID
-        with its edits as the injection mode has them."""
+        with its edits as the injection mode has them, plus the metadata file's mount on
+        the first device of each request (`mounts`, by device key)."""
         driver = self.context.driver_name
         by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         for plan, prepared in done:
@@ -178,6 +205,8 @@ class ClaimLifecycle:
             edits = injection.spec_edits(
                 plan.req.injection, plan.req.request, prepared.edits, marker
             )
+            if plan.req.key in mounts:
+                edits["mounts"] = [*edits.get("mounts", ()), dict(mounts[plan.req.key])]
             by_type.setdefault(plan.type, []).append((name, edits))
         return {
             naming.cdi_spec_filename(driver, type_, ref.uid): cdi.build_spec(driver, type_, devices)
@@ -194,6 +223,8 @@ class ClaimLifecycle:
             except Exception as exc:  # keep going: start-up reconciliation retries leaks
                 event(log, logging.ERROR, "rollback of a device failed", claim=ref.uid, error=exc)
         cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, ref.uid)
+        if self.metadata_root is not None:
+            metadata.remove_claim(self.metadata_root, ref)
         self.records.delete(ref.uid)
 
     def roll_back(self, record: ClaimRecord) -> ClaimRecord | None:
@@ -255,6 +286,8 @@ class ClaimLifecycle:
         # has no record left, and start-up reconciliation deletes it.
         with phase("specs"):
             cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, record.claim.uid, False)
+            if self.metadata_root is not None:
+                metadata.remove_claim(self.metadata_root, record.claim)
         with phase("commit"):
             self.records.delete(record.claim.uid)
         with phase("index"):
@@ -320,6 +353,17 @@ class ClaimLifecycle:
                 file=path,
             )
         return written, lost
+
+    def restore_metadata(self, record: ClaimRecord) -> bool:
+        """Write again the metadata files of a prepared record if one is missing."""
+        root = self.metadata_root
+        if root is None or not record.devices or not devicemeta.missing(root, record):
+            return False
+        devicemeta.write(root, self._driver, record, self._lookup)
+        event(
+            log, logging.WARNING, "device metadata was gone: written again", claim=record.claim.uid
+        )
+        return True
 
     def renew(self, record: ClaimRecord) -> ClaimRecord:
         """Make a prepared claim's kernel objects anew after a pod sandbox used them up

@@ -111,13 +111,15 @@ class Preparer:
         link_deletion_delay: float = linkreaper.DEFAULT_DELAY,
         injection: str = CDI,
         failures: FailureSink | None = None,
+        metadata_root: Path | None = None,
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
         boot's (read from the kernel when not given); links of unprepared claims are
         deleted `link_deletion_delay` seconds after the answer; `injection` the mode new
         claims are prepared in (a prepared claim keeps its own); `failures` hears of each
-        claim whose prepare failed, with its object when it was fetched."""
+        claim whose prepare failed, with its object when it was fetched; `metadata_root`
+        holds the claims' device metadata files (None: none are written)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -145,6 +147,7 @@ class Preparer:
             self._planner,
             boot_id or current_boot_id(),
             self.reaper,
+            metadata_root,
         )
         self._pool: ThreadPoolExecutor | None = None
 
@@ -232,6 +235,7 @@ class Preparer:
         if record is not None and record.phase == PREPARED:
             with phase("records"):
                 _, lost = self.lifecycle.restore_specs(record)
+                self.lifecycle.restore_metadata(record)
                 if lost:  # only a record of an older driver cannot hold its specs
                     event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
                 stale = self.lifecycle.is_intact(record)
@@ -257,7 +261,7 @@ class Preparer:
             refuse_oversized(resolved, plans)
             uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
             self._reserve(ref, resolved.pod_uids, uses, taken)
-        record = self.lifecycle.commit(ref, plans, resolved.pod_uids)
+        record = self.lifecycle.commit(ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim)
         # Committed: nothing below may turn this prepare into a failure.
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:

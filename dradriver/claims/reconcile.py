@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from dradriver.claims.lifecycle import ClaimLifecycle
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import NRI
 from dradriver.kernel import netlink
-from dradriver.state import cdi
+from dradriver.state import cdi, metadata
 from dradriver.state.atomicfile import remove_durably, remove_stale_temp_files
 from dradriver.state.moves import SPENT, placement
 from dradriver.state.records import PREPARED, PREPARING, ClaimRecord
@@ -74,6 +75,7 @@ def reconcile(
     owned = {n for r in prepared for d in r.devices for n in d.created_interfaces}
     _delete_leaked_links(lifecycle.context.owner, known, owned, report)
     _remove_orphan_specs(cdi_dir, driver, {r.claim.uid for r in prepared}, report)
+    _remove_orphan_metadata(lifecycle.metadata_root, prepared, report)
     try:
         lifecycle.records.reindex(prepared)
     except OSError as exc:
@@ -107,6 +109,7 @@ def _keep_true(
         return again
     restored, lost = lifecycle.restore_specs(record)
     report.restored_specs += restored
+    lifecycle.restore_metadata(record)
     if lost:  # kept: its pod may be running; only a record of an older driver lacks specs
         report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
     stale = lifecycle.is_intact(record, present)
@@ -170,6 +173,16 @@ def _delete_leaked_links(owner: str, known: set[str], owned: set[str], report: R
                 )
         except DriverError as exc:
             report.problems.append(str(exc))
+
+
+def _remove_orphan_metadata(root: Path | None, prepared: list[ClaimRecord], report: Report) -> None:
+    """Remove metadata directories of claims with no prepared record (an unprepare's
+    removal a crash lost: the record's removal is the durable step)."""
+    if root is None:
+        return
+    for path in metadata.orphans(root, [r.claim for r in prepared]):
+        shutil.rmtree(path, ignore_errors=True)
+        event(log, logging.WARNING, "removed device metadata without record", path=str(path))
 
 
 def _remove_orphan_specs(cdi_dir: Path, driver: str, prepared: set[str], report: Report) -> None:

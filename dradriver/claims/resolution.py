@@ -8,6 +8,7 @@ from typing import Any
 
 from dradriver.base.errors import ClaimError
 from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.metadata import POD_CLAIM_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class ResolvedClaim:
     devices: tuple[AllocatedDevice, ...]
     pod_uids: tuple[str, ...]
     pod_names: tuple[str, ...]  # of the same pods, as status.reservedFor names them
+    pod_claim: str | None = None  # the pod spec's name of a claim made from a template
 
 
 def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedClaim:
@@ -74,6 +76,7 @@ def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedCla
         devices=tuple(devices),
         pod_uids=tuple(str(r["uid"]) for r in pods),
         pod_names=tuple(str(r.get("name") or "") for r in pods),
+        pod_claim=(claim.get("metadata", {}).get("annotations") or {}).get(POD_CLAIM_ANNOTATION),
     )
 
 

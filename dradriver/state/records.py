@@ -60,6 +60,7 @@ _CLAIM_KEYS = {
     "injection",
     "moves",
     "placement",
+    "podClaimName",
 }
 _DEVICE_KEYS = {
     "key",
@@ -199,7 +200,8 @@ class ClaimRecord:
     `injection` is the mode the claim was prepared in (CDI or NRI): it keeps it across
     restarts and mode changes. In NRI mode `moves` (by device key) say what goes into
     the pod's namespace and `placement` (by device key) where it is now (see IN etc.;
-    a sandbox ID and its namespace path). Top-level too (format 3).
+    a sandbox ID and its namespace path). Top-level too (format 3). `pod_claim_name`
+    is the pod's name for a claim made from a template (where its metadata file shows).
     """
 
     claim: ClaimRef
@@ -213,6 +215,7 @@ class ClaimRecord:
     injection: str = CDI
     moves: dict[str, list[Move]] = field(default_factory=dict)
     placement: dict[str, dict[str, str]] = field(default_factory=dict)
+    pod_claim_name: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
 
     def answer(self) -> list[DeviceAnswer]:
@@ -241,6 +244,7 @@ class ClaimRecord:
             "injection": self.injection,
             "moves": {k: [m.to_json() for m in v] for k, v in self.moves.items()},
             "placement": self.placement,
+            "podClaimName": self.pod_claim_name,
         }
         # One line: without `indent` json uses its C encoder (several times faster, and
         # a record is written twice per prepare); `jq . <file>` reads it as well.
@@ -284,6 +288,7 @@ class ClaimRecord:
                     for k, v in (doc.get("moves") or {}).items()
                 },
                 placement={str(k): dict(v) for k, v in (doc.get("placement") or {}).items()},
+                pod_claim_name=doc.get("podClaimName") or None,
                 extra={k: v for k, v in doc.items() if k not in _CLAIM_KEYS},
             )
         except (KeyError, TypeError) as exc:

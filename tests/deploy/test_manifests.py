@@ -36,6 +36,7 @@ EXPECTED_FILES = {
     "config-policy.yaml",
     "deployment.yaml",
     "multi-nic-deployment.yaml",
+    "selection-examples.yaml",
 }
 
 

@@ -21,7 +21,7 @@ from dradriver.contract.hookspecs import ClaimRef
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import netlink
 from dradriver.kernel.netlink import Route
-from dradriver.state import atomicfile, cdi, recordstore
+from dradriver.state import atomicfile, cdi, metadata, recordstore
 from dradriver.state.recordstore import RecordStore
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
 from tests.support.fakekernel import FakeKernel, Steps
@@ -67,6 +67,11 @@ class Node:
     def state_dir(self) -> Path:
         return self.root / "state"
 
+    @property
+    def plugin_dir(self) -> Path:
+        """The driver's kubelet plugin directory: its device metadata files."""
+        return self.root / "plugin"
+
     def preparer(self, link_deletion_delay: float = 3600, **settings: Any) -> Preparer:
         """A Preparer as `dra-driver run` wires one (a new one is a restarted driver);
         `settings` override the node's context. Released links are deleted only when
@@ -89,6 +94,7 @@ class Node:
             inventory=Inventory(REGISTRY, ctx),
             api=self.api,
             link_deletion_delay=link_deletion_delay,
+            metadata_root=self.plugin_dir,
         )
 
     def start(self) -> Preparer:
@@ -103,7 +109,7 @@ class Node:
         """Every file the driver keeps (paths relative to its directory)."""
         return sorted(
             str(p.relative_to(d))
-            for d in (self.cdi_dir, self.state_dir)
+            for d in (self.cdi_dir, self.state_dir, self.plugin_dir)
             for p in d.rglob("*")
             if not p.is_dir()
         )
@@ -119,7 +125,7 @@ class Node:
 def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
     """A node with a NIC ens1 (address, default route) and a macvlan parent ens2; the
     kernel is the netlink backend until the generator is closed (a pytest fixture)."""
-    steps = Steps((tmp_path / "cdi", tmp_path / "state"))
+    steps = Steps((tmp_path / "cdi", tmp_path / "state", tmp_path / "plugin"))
     kernel = FakeKernel(steps)
     nic = kernel.add("ens1", address=NIC_MAC, up=True)
     nic.addresses.add(("192.0.2.5", 24))
@@ -134,6 +140,7 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]
         monkeypatch.setattr(
             module, "remove_durably", _counted(steps, "remove", atomicfile.remove_durably)
         )
+    monkeypatch.setattr(metadata, "write_atomic", _counted(steps, "write", metadata.write_atomic))
     previous = netlink.use(kernel)
     try:
         yield Node(tmp_path, kernel, steps, Claims())

@@ -66,7 +66,10 @@ def test_prepare_is_idempotent_and_unprepare_leaves_nothing(node, kind):
     first = prepare_one(preparer)
     assert first.error is None and len(first.devices) == 1
     index = f"by-pod/{POD}/{UID}"
-    assert node.files() == sorted([f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json", index])
+    metadata = "dra-device-metadata/default_c/nic/metadata.json"
+    assert node.files() == sorted(
+        [f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json", index, metadata]
+    )
     steps = node.steps.count
     assert prepare_one(node.start()) == first  # after a restart too, from the record alone
     assert node.steps.count == steps, "an idempotent prepare touched the kernel or the disk"
