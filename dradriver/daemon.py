@@ -140,7 +140,7 @@ def run(settings: Settings) -> int:
     metrics = Metrics()
     if settings.metrics_addr:
         metrics.serve(settings.metrics_addr)
-    inventory = Inventory(registry, context)
+    inventory = Inventory(registry, context, records.held_devices)
     status = StatusWriter(
         api,
         settings.driver_name,
@@ -194,7 +194,13 @@ def run(settings: Settings) -> int:
     )
 
     publisher = Publisher(
-        api, inventory, settings.driver_name, settings.node_name, settings.publish_interval, metrics
+        api,
+        inventory,
+        settings.driver_name,
+        settings.node_name,
+        settings.publish_interval,
+        metrics,
+        taint_effect=settings.device_taint_effect,
     )
     server = KubeletServer(
         paths,

@@ -41,6 +41,7 @@ class Settings:
     pod_namespace: str | None = None
     virtual_slots: int = 128
     publish_interval: float = 60.0
+    device_taint_effect: str | None = "NoSchedule"
     metrics_addr: str | None = None
     healthcheck_port: int = -1
     ready_file: Path | None = None
@@ -160,6 +161,13 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "seconds between ResourceSlice refreshes",
         type=float,
     )
+    flag(
+        "--device-taint-effect",
+        "device_taint_effect",
+        "NoSchedule",
+        "effect of the taint an unhealthy device carries in the ResourceSlice: NoSchedule "
+        "(no new pods on it), NoExecute (also evicts the pods using it), or None (no taint)",
+    )
     flag("--metrics-addr", "metrics_addr", None, "host:port for Prometheus metrics (off if unset)")
     flag(
         "--healthcheck-port",
@@ -271,6 +279,7 @@ def from_args(args: argparse.Namespace) -> Settings:
             "pod_uid": args.pod_uid or None,
             **_pod_settings(args),
             "publish_interval": float(args.publish_interval),
+            "device_taint_effect": _taint_effect(args.device_taint_effect),
             "metrics_addr": args.metrics_addr or None,
             "healthcheck_port": int(args.healthcheck_port),
             "ready_file": Path(args.ready_file) if args.ready_file else None,
@@ -280,6 +289,16 @@ def from_args(args: argparse.Namespace) -> Settings:
             **_nri_settings(args),
         }
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _taint_effect(value: object) -> str | None:
+    """--device-taint-effect, checked: NoSchedule, NoExecute or None (no taints)."""
+    effects = {"NoSchedule": "NoSchedule", "NoExecute": "NoExecute", "None": None}
+    if str(value) not in effects:
+        raise SystemExit(
+            f"--device-taint-effect must be NoSchedule, NoExecute or None, got {value!r}"
+        )
+    return effects[str(value)]
 
 
 def _pod_settings(args: argparse.Namespace) -> dict[str, object]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Collection
+from dataclasses import replace
 
 from dradriver.apiserver import slices
 from dradriver.contract.hookspecs import Device, HandlerContext
@@ -12,9 +14,18 @@ from dradriver.contract.registry import HandlerRegistry
 class Inventory:
     """Discovered devices by name; re-discovered on demand, looked up at prepare."""
 
-    def __init__(self, registry: HandlerRegistry, context: HandlerContext) -> None:
-        """Start empty; `refresh` discovers."""
+    def __init__(
+        self,
+        registry: HandlerRegistry,
+        context: HandlerContext,
+        allocated: Callable[[Collection[str]], Collection[str]] | None = None,
+    ) -> None:
+        """Start empty; `refresh` discovers. `allocated` says which of some device names
+        prepared claims hold: such a device that discovery no longer finds (a NIC in a
+        pod's namespace) stays published as it was last found, so a taint can still
+        apply to it."""
         self._registry = registry
+        self._allocated = allocated
         self.context = context
         self._fallback = False
         self._lock = threading.Lock()
@@ -33,11 +44,22 @@ class Inventory:
     def refresh(self) -> list[Device]:
         """Discover again; return every device this node should publish."""
         found = self._registry.discover(self.context)
+        with self._lock:
+            before = self._found or {}
+        found += self._still_allocated(before, {d.name for d in found})
         published = slices.single_allocation(found) if self._fallback else found
         with self._lock:
             self._found = {d.name: d for d in found}
             self._published = published
         return published
+
+    def _still_allocated(self, before: dict[str, Device], now: set[str]) -> list[Device]:
+        """The devices found before and not now that prepared claims still hold."""
+        gone = [name for name in before if name not in now]
+        if not gone or self._allocated is None:
+            return []
+        held = set(self._allocated(gone))
+        return [replace(before[name]) for name in gone if name in held]
 
     def devices(self) -> list[Device]:
         """The devices found by the last refresh (discovering now if never done)."""

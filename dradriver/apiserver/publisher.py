@@ -31,14 +31,17 @@ class Publisher:
         node_name: str,
         interval: float,
         metrics: Metrics | None = None,
+        taint_effect: str | None = None,
     ) -> None:
-        """Set up; `start` launches the publishing and link-watching threads."""
+        """Set up; `start` launches the publishing and link-watching threads. Unhealthy
+        devices carry a taint with `taint_effect` (None: no taints)."""
         self._api = api
         self._inventory = inventory
         self._driver = driver
         self._node = node_name
         self._interval = interval
         self._metrics = metrics
+        self._taint_effect = taint_effect
         self._node_uid: str | None = None
         self._last_desired: list[Any] | None = None
         self._wake = threading.Event()
@@ -91,7 +94,12 @@ class Publisher:
             # slice owned by the old UID is deleted by the garbage collector at once.
             self._node_uid = None
         desired = slices.build_slices(
-            self._driver, self._node, self._node_uid_cached(), devices, generation=0
+            self._driver,
+            self._node,
+            self._node_uid_cached(),
+            devices,
+            generation=0,
+            taint_effect=self._taint_effect,
         )
         contents = [slices.content(s) for s in desired]
         if not force and contents == self._last_desired:
@@ -137,7 +145,20 @@ class Publisher:
         return True
 
     def _check_dropped(self, sent: dict[str, Any], stored: dict[str, Any]) -> bool:
-        """Switch to single-allocation devices if the API dropped shared-device fields."""
+        """Publish without what the API server dropped: device taints (said once), or
+        shared devices (single-allocation ones instead); whether to publish again."""
+        tainted = slices.dropped_taints(sent["spec"]["devices"], stored)
+        if tainted and self._taint_effect is not None:
+            event(
+                log,
+                logging.WARNING,
+                "API server dropped device taints (feature gate DRADeviceTaints off?): "
+                "unhealthy devices are published without one, the scheduler may place pods "
+                "on them; the kubelet still hears of their health",
+                devices=",".join(tainted),
+            )
+            self._taint_effect = None
+            return True
         dropped = slices.dropped_fields(sent["spec"]["devices"], stored)
         if not dropped or self._inventory.fallback:
             return False

@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_WITH_TAINTS = 64  # per slice, once any device of it carries a taint
+TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_ATTRIBUTE = 64
 _SHARE_RE = re.compile(r"(?P<base>.+)-(?P<index>[0-9]+)")  # fullmatch
@@ -55,8 +57,14 @@ def share_of(name: str, devices: Mapping[str, Device]) -> Device | None:
     return Device(name, base.attributes)
 
 
-def device_json(device: Device) -> dict[str, Any]:
-    """One device in resource.k8s.io/v1 form, trimmed to the API's limits."""
+def taint_key(driver: str) -> str:
+    """The taint an unhealthy device carries: `<driver>/unhealthy`."""
+    return f"{driver}/unhealthy"
+
+
+def device_json(device: Device, taint: tuple[str, str] | None = None) -> dict[str, Any]:
+    """One device in resource.k8s.io/v1 form, trimmed to the API's limits; an unhealthy
+    one carries `taint` (key, effect) when given."""
     attributes: dict[str, Any] = {}
     room = MAX_ATTRIBUTES_AND_CAPACITIES - len(device.capacity)
     for name, value in device.attributes.items():  # in the handler's order of importance
@@ -75,6 +83,8 @@ def device_json(device: Device) -> dict[str, Any]:
         out["capacity"] = {name: _capacity(c) for name, c in sorted(device.capacity.items())}
     if device.allow_multiple_allocations:
         out["allowMultipleAllocations"] = True
+    if taint is not None and not device.healthy:
+        out["taints"] = [{"key": taint[0], "effect": taint[1]}]
     return out
 
 
@@ -119,14 +129,21 @@ def slice_name(driver: str, node_name: str, index: int) -> str:
 
 
 def build_slices(
-    driver: str, node_name: str, node_uid: str, devices: Sequence[Device], generation: int
+    driver: str,
+    node_name: str,
+    node_uid: str,
+    devices: Sequence[Device],
+    generation: int,
+    taint_effect: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The slices of this node's pool: devices split 128 per slice, at least one slice."""
-    rendered = [device_json(d) for d in sorted(devices, key=lambda d: d.name)]
-    chunks = [
-        rendered[i : i + MAX_DEVICES_PER_SLICE]
-        for i in range(0, len(rendered), MAX_DEVICES_PER_SLICE)
-    ] or [[]]
+    """The slices of this node's pool, at least one: devices split 128 per slice, or 64
+    once a device carries a taint (unhealthy devices do, with `taint_effect`)."""
+    taint = (taint_key(driver), taint_effect) if taint_effect else None
+    rendered = [device_json(d, taint) for d in sorted(devices, key=lambda d: d.name)]
+    per_slice = MAX_DEVICES_PER_SLICE
+    if any("taints" in d for d in rendered):
+        per_slice = MAX_DEVICES_WITH_TAINTS
+    chunks = [rendered[i : i + per_slice] for i in range(0, len(rendered), per_slice)] or [[]]
     owner = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -155,10 +172,20 @@ def build_slices(
 
 
 def content(slice_: Mapping[str, Any]) -> Any:
-    """What makes two slices equal for publishing: spec without the pool generation."""
+    """What makes two slices equal for publishing: spec without the pool generation and
+    the times the API server stamps on taints."""
     spec = dict(slice_.get("spec") or {})
     spec["pool"] = {k: v for k, v in (spec.get("pool") or {}).items() if k != "generation"}
+    spec["devices"] = [_without_times(d) for d in spec.get("devices") or []]
     return _strip_empty(spec)
+
+
+def _without_times(device: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A device with its taints' timeAdded left out."""
+    if not device.get("taints"):
+        return device
+    taints = [{k: v for k, v in t.items() if k != "timeAdded"} for t in device["taints"]]
+    return {**device, "taints": taints}
 
 
 def _strip_empty(value: Any) -> Any:
@@ -187,3 +214,11 @@ def dropped_fields(sent: Iterable[Mapping[str, Any]], stored: Mapping[str, Any])
             if cap not in (back.get("capacity") or {}):
                 dropped.append(f"{device['name']}.capacity.{cap}")
     return dropped
+
+
+def dropped_taints(sent: Iterable[Mapping[str, Any]], stored: Mapping[str, Any]) -> list[str]:
+    """Devices whose taints the API server silently dropped (DRADeviceTaints off)."""
+    kept = {d["name"]: d for d in (stored.get("spec") or {}).get("devices") or []}
+    return [
+        d["name"] for d in sent if d.get("taints") and not kept.get(d["name"], {}).get("taints")
+    ]

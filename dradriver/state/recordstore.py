@@ -12,14 +12,14 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.contract import naming
 from dradriver.state.atomicfile import remove_durably, remove_stale_temp_files, write_atomic
-from dradriver.state.records import ClaimRecord, CorruptRecord, UnreadableRecord
+from dradriver.state.records import PREPARED, ClaimRecord, CorruptRecord, UnreadableRecord
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,19 @@ class RecordStore:
             if record is not None:
                 records.append(record)
         return records, problems
+
+    def held_devices(self, names: Collection[str]) -> set[str]:
+        """Which of the device `names` a prepared record holds (records that cannot be
+        read are skipped: they are reported where they are loaded for their claim)."""
+        wanted, held = set(names), set()
+        for uid in self.claim_uids():
+            try:
+                record = self.load(uid)
+            except (DriverError, OSError):
+                continue
+            if record is not None and record.phase == PREPARED:
+                held |= {d.device for d in record.devices} & wanted
+        return held
 
     def claim_uids(self) -> list[str]:
         """The claims with a record file (nothing is read, removed or quarantined)."""

@@ -129,6 +129,7 @@ def discover(context: HandlerContext) -> list[Device]:
         pf_pci = fs.pci_address(pf)
         if not pf_pci or fs.physfn(pf):
             continue
+        pf_up = fs.read("class", "net", pf, "carrier") != "0"  # unknown counts as up
         for index, vf_pci in sorted(fs.virtfns(pf_pci).items()):
             netdevs = fs.pci_netdevs(vf_pci)
             if not netdevs:
@@ -151,7 +152,14 @@ def discover(context: HandlerContext) -> list[Device]:
                 if value is not None:
                     attrs[name] = value
             attrs.update(sysfs.pci_attributes(fs, vf_pci, context.multus_resource_name))
-            devices.append(Device(naming.published_device_name("vf", vf_pci), attrs))
+            devices.append(
+                Device(
+                    naming.published_device_name("vf", vf_pci),
+                    attrs,
+                    healthy=pf_up,
+                    health_message="" if pf_up else f"its PF {pf} has no carrier",
+                )
+            )
     return devices
 
 

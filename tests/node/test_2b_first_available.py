@@ -37,6 +37,8 @@ def spare_nic(cluster: NodeCluster) -> Iterator[str]:
         ["ip", "-n", netns, "link", "add", SPARE, "type", "veth", "peer", "name", "spare0p"],
         check=True,
     )
+    for end in ("spare0p", SPARE):  # with carrier: a NIC without is tainted unhealthy
+        subprocess.run(["ip", "-n", netns, "link", "set", end, "up"], check=True)
     try:
         link = _link(netns, SPARE)
         assert link is not None

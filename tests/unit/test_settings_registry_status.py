@@ -229,3 +229,19 @@ def test_claim_names_are_checked_and_escaped_before_any_request():
     ctx = context_of(Settings(node_name="n"), "https://[fd00::1]:6443")
     assert [a for a, _ in ctx.protected_addresses] == ["fd00::1"]
     assert context_of(Settings(node_name="n"), "https://api.example.com").protected_addresses == ()
+
+
+def test_device_taint_effect_is_one_of_the_apis_or_none(monkeypatch):
+    assert _parse(["--node-name", "n"], {}, monkeypatch).device_taint_effect == "NoSchedule"
+    s = _parse(["--node-name", "n"], {"DRA_DEVICE_TAINT_EFFECT": "NoExecute"}, monkeypatch)
+    assert s.device_taint_effect == "NoExecute"
+    monkeypatch.delenv("DRA_DEVICE_TAINT_EFFECT")
+    assert _parse(["--node-name", "n", "--device-taint-effect", "None"], {}, monkeypatch)
+    assert (
+        _parse(
+            ["--node-name", "n", "--device-taint-effect", "None"], {}, monkeypatch
+        ).device_taint_effect
+        is None
+    )
+    with pytest.raises(SystemExit, match="--device-taint-effect must be NoSchedule"):
+        _parse(["--node-name", "n", "--device-taint-effect", "noschedule"], {}, monkeypatch)

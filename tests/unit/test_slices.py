@@ -1,3 +1,5 @@
+import copy
+
 from dradriver.handlers.netdev import virtual
 
 from dradriver.apiserver import slices
@@ -92,3 +94,72 @@ def test_dropped_fields_are_detected():
         "netdev-virtual.capacity.slots.requestPolicy",
     ]
     assert slices.dropped_fields(sent["spec"]["devices"], sent) == []
+
+
+def _nics(count: int, unhealthy: int = 0) -> list[Device]:
+    return [
+        Device(f"nic-{i:03d}", {"kind": "host-device"}, healthy=i >= unhealthy, health_message="")
+        for i in range(count)
+    ]
+
+
+def test_an_unhealthy_device_carries_the_drivers_taint_with_the_chosen_effect():
+    for effect in ("NoSchedule", "NoExecute"):
+        [s] = slices.build_slices("dra.example.com", "n1", "u1", _nics(3, 1), 0, effect)
+        taints = {d["name"]: d.get("taints") for d in s["spec"]["devices"]}
+        assert taints == {
+            "nic-000": [{"key": "dra.example.com/unhealthy", "effect": effect}],
+            "nic-001": None,
+            "nic-002": None,
+        }
+    [s] = slices.build_slices("dra.example.com", "n1", "u1", _nics(3, 1), 0, None)
+    assert not any("taints" in d for d in s["spec"]["devices"])  # None: no taints
+
+
+def test_slices_hold_64_devices_once_one_is_tainted():
+    healthy = slices.build_slices("d.example.com", "n1", "u1", _nics(200), 0, "NoSchedule")
+    assert [len(s["spec"]["devices"]) for s in healthy] == [128, 72]
+    tainted = slices.build_slices("d.example.com", "n1", "u1", _nics(200, 1), 0, "NoSchedule")
+    assert [len(s["spec"]["devices"]) for s in tainted] == [64, 64, 64, 8]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in tainted} == {4}
+
+
+def test_a_taint_the_server_stamped_is_unchanged_content_and_a_dropped_one_is_seen():
+    [sent] = slices.build_slices("dra.example.com", "n1", "u1", _nics(2, 1), 0, "NoSchedule")
+    stored = copy.deepcopy(sent)
+    stored["spec"]["devices"][0]["taints"][0]["timeAdded"] = "2026-11-27T07:00:00Z"
+    assert slices.content(stored) == slices.content(sent)
+    assert slices.dropped_taints(sent["spec"]["devices"], stored) == []
+    del stored["spec"]["devices"][0]["taints"]
+    assert slices.dropped_taints(sent["spec"]["devices"], stored) == ["nic-000"]
+
+
+class _Discovery:
+    """A registry whose discovery finds what the test says."""
+
+    def __init__(self) -> None:
+        self.found: list[Device] = []
+
+    def discover(self, context: object) -> list[Device]:
+        return list(self.found)
+
+
+def test_a_device_a_claim_holds_stays_published_as_last_found_when_discovery_loses_it():
+    from dradriver.apiserver.inventory import Inventory
+
+    registry = _Discovery()
+    asked: list[set[str]] = []
+
+    def held(names):
+        asked.append(set(names))
+        return {"nic-held"} & set(names)
+
+    inventory = Inventory(registry, context(), held)  # type: ignore[arg-type]
+    registry.found = [Device("nic-held", {"mtu": 9000}), Device("nic-free", {})]
+    assert [d.name for d in inventory.refresh()] == ["nic-held", "nic-free"]
+    assert asked == []  # nothing went away: the records are not read
+    registry.found = []  # both moved out of sight (a pod's namespace, unplugged)
+    kept = inventory.refresh()
+    assert [(d.name, d.attributes) for d in kept] == [("nic-held", {"mtu": 9000})]
+    assert asked == [{"nic-held", "nic-free"}]
+    assert [d.name for d in inventory.refresh()] == ["nic-held"]  # still held: still kept
