@@ -13,7 +13,7 @@ from tests.support import netns
 from tests.support.waiting import wait_for
 
 from .cluster import Cluster, example_objects
-from .conftest import Node
+from .conftest import PARENT, Node
 from .kubelet import results
 from .test_3_capacity import prepare_pod
 
@@ -32,7 +32,7 @@ def test_the_scheduler_takes_the_host_nic_first_then_a_macvlan(
     netns.ip(node.ns, "link", "add", SPARE, "type", "veth", "peer", "name", "spare0p")
     netns.ip(node.ns, "link", "set", "spare0p", "up")
     netns.ip(node.ns, "link", "set", SPARE, "up")
-    d = node.start_driver("--parent-interfaces", SPARE)
+    d = node.start_driver("--parent-interfaces", SPARE, "--virtual-parents", PARENT)
     wait_for("nic-spare0 published", lambda: f"nic-{SPARE}" in cluster.devices())
     docs = [
         o

@@ -281,7 +281,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, helm_node: HelmNode, kns: s
     assert (release["status"], release["revision"]) == ("deployed", "1")
     installed = helm.manifest()
     assert {o["kind"] for o in installed} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
         "DaemonSet", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         "DeviceClass",
     }  # fmt: skip
