@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,20 @@ def drivers(node: LocalNode) -> Iterator[Drivers]:
         yield ds
     finally:
         ds.remove_all()
+
+
+@pytest.fixture
+def node_sysfs(node: LocalNode) -> Iterator[Path]:
+    """A sysfs mounted from the node's network namespace, for `--sysfs-root`: the node's
+    mount namespace shares the machine's /sys, whose /sys/class/net lists the machine's
+    interfaces, where a DaemonSet pod on a real node sees its node's. Unmounted at the end."""
+    path = node.lay.workdir / "node-sys"
+    path.mkdir(exist_ok=True)
+    subprocess.run([*node.lay.enter(), "mount", "-t", "sysfs", "sysfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run([*node.lay.enter(), "umount", str(path)], check=False)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,9 +76,10 @@ def _alternative(cluster: NodeCluster, kns: str, pod: dict[str, Any]) -> tuple[s
 
 
 def test_first_available_takes_the_free_host_nic_then_a_macvlan(
-    cluster: NodeCluster, drivers, kns: str, spare_nic: str
+    cluster: NodeCluster, drivers, node_sysfs: Path, spare_nic: str, kns: str
 ):
-    drivers.start("--parent-interfaces", SPARE)
+    # (kns last: its pods go, and give the NIC back, before the NIC and sysfs go)
+    drivers.start("--parent-interfaces", SPARE, "--sysfs-root", str(node_sysfs))
     cluster.apply(_uplink_objects(kns, 1), kns)
     [first] = _running(cluster, kns, 1)
     assert _alternative(cluster, kns, first) == ("nic/physical", f"nic-{SPARE}")

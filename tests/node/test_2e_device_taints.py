@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,9 +41,10 @@ def _published(cluster: NodeCluster) -> dict[str, Any] | None:
 
 
 def test_a_nic_without_carrier_is_tainted_and_gets_no_pod_until_it_has_one(
-    cluster: NodeCluster, drivers, kns: str, nic_without_carrier: str
+    cluster: NodeCluster, drivers, node_sysfs: Path, nic_without_carrier: str, kns: str
 ):
-    drivers.start("--parent-interfaces", NIC)
+    # (kns last: its pods go, and give the NIC back, before the NIC and sysfs go)
+    drivers.start("--parent-interfaces", NIC, "--sysfs-root", str(node_sysfs))
     device = wait_for(
         f"nic-{NIC} published tainted",
         lambda: (d := _published(cluster)) and d.get("taints") and d,
