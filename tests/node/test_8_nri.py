@@ -150,9 +150,15 @@ def test_containers_referencing_the_claim_restart_and_see_it_every_time(
         runs = _runs(cluster, pods[p], c)
         assert runs and all(_sees_its_interface(r) for r in runs), (p, c, runs)
     for p, c in watched:
-        [status] = [s for s in cluster.pod(kns, p)["status"]["containerStatuses"] if s["name"] == c]
-        assert status["restartCount"] >= RUNS - 1, status
-        assert "RunContainerError" not in str(status)
+
+        def status(p: str = p, c: str = c) -> dict[str, Any]:
+            statuses = cluster.pod(kns, p)["status"]["containerStatuses"]
+            [found] = [s for s in statuses if s["name"] == c]
+            return dict(found)
+
+        # The kubelet reports restarts in the pod status a moment after the run itself.
+        wait_for(f"{p}/{c} restartCount", lambda: status()["restartCount"] >= RUNS - 1, 30)
+        assert "RunContainerError" not in str(status())
     # Both containers of the pair share the one interface, moved once into the sandbox.
     assert "net1" in via_exec(cluster.local.kubectl, kns, "pair", "steady")
 
