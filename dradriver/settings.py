@@ -166,7 +166,7 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "device_taint_effect",
         "NoSchedule",
         "effect of the taint an unhealthy device carries in the ResourceSlice: NoSchedule "
-        "(no new pods on it), NoExecute (also evicts the pods using it), or None (no taint)",
+        "(no new pods on it), NoExecute (also evicts the pods using it), or Off (no taint)",
     )
     flag("--metrics-addr", "metrics_addr", None, "host:port for Prometheus metrics (off if unset)")
     flag(
@@ -292,11 +292,11 @@ def from_args(args: argparse.Namespace) -> Settings:
 
 
 def _taint_effect(value: object) -> str | None:
-    """--device-taint-effect, checked: NoSchedule, NoExecute or None (no taints)."""
-    effects = {"NoSchedule": "NoSchedule", "NoExecute": "NoExecute", "None": None}
+    """--device-taint-effect, checked: NoSchedule, NoExecute or Off (no taints)."""
+    effects = {"NoSchedule": "NoSchedule", "NoExecute": "NoExecute", "Off": None}
     if str(value) not in effects:
         raise SystemExit(
-            f"--device-taint-effect must be NoSchedule, NoExecute or None, got {value!r}"
+            f"--device-taint-effect must be NoSchedule, NoExecute or Off, got {value!r}"
         )
     return effects[str(value)]
 

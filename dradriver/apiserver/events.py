@@ -126,12 +126,12 @@ class EventRecorder:
         with self._lock:
             if key in self._seen:
                 return
+            if not self._take_token():  # not remembered: a later repeat may get through
+                event(log, logging.INFO, "event dropped: rate limit", reason=reason, note=note)
+                return
             self._seen[key] = None
             if len(self._seen) > MAX_REMEMBERED:
                 del self._seen[next(iter(self._seen))]
-            if not self._take_token():
-                event(log, logging.INFO, "event dropped: rate limit", reason=reason, note=note)
-                return
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="events", daemon=True)
                 self._thread.start()

@@ -26,6 +26,7 @@ class Inventory:
         apply to it."""
         self._registry = registry
         self._allocated = allocated
+        self._held: set[str] = set()  # devices kept published for a prepared claim
         self.context = context
         self._fallback = False
         self._lock = threading.Lock()
@@ -54,12 +55,15 @@ class Inventory:
         return published
 
     def _still_allocated(self, before: dict[str, Device], now: set[str]) -> list[Device]:
-        """The devices found before and not now that prepared claims still hold."""
+        """The devices found before and not now that prepared claims still hold. The
+        records are read only for devices that went away since the last refresh: one
+        known to be held stays so until discovery finds it again (its claim released)."""
         gone = [name for name in before if name not in now]
-        if not gone or self._allocated is None:
-            return []
-        held = set(self._allocated(gone))
-        return [replace(before[name]) for name in gone if name in held]
+        self._held &= set(gone)
+        new = [name for name in gone if name not in self._held]
+        if new and self._allocated is not None:
+            self._held |= set(self._allocated(new))
+        return [replace(before[name]) for name in gone if name in self._held]
 
     def devices(self) -> list[Device]:
         """The devices found by the last refresh (discovering now if never done)."""

@@ -116,6 +116,7 @@ class Publisher:
         if current == [_owned_content(s) for s in desired] and len(existing) == len(desired):
             self._last_desired = contents
             return False
+        slices.keep_taint_times(desired, existing.values())
         generation = 1 + max(
             (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
         )

@@ -216,6 +216,27 @@ def dropped_fields(sent: Iterable[Mapping[str, Any]], stored: Mapping[str, Any])
     return dropped
 
 
+def keep_taint_times(
+    desired: Iterable[Mapping[str, Any]], stored: Iterable[Mapping[str, Any]]
+) -> None:
+    """Give each taint of `desired` slices the timeAdded the API server stamped on the same
+    taint (device, key, effect) in `stored` slices, in place: a republish (another device
+    changed) must not restart a NoExecute taint's tolerationSeconds."""
+    stamped = {
+        (d["name"], t.get("key"), t.get("effect")): t["timeAdded"]
+        for s in stored
+        for d in (s.get("spec") or {}).get("devices") or []
+        for t in d.get("taints") or []
+        if t.get("timeAdded")
+    }
+    for s in desired:
+        for d in s["spec"]["devices"]:
+            for t in d.get("taints") or []:
+                when = stamped.get((d["name"], t.get("key"), t.get("effect")))
+                if when:
+                    t["timeAdded"] = when
+
+
 def dropped_taints(sent: Iterable[Mapping[str, Any]], stored: Mapping[str, Any]) -> list[str]:
     """Devices whose taints the API server silently dropped (DRADeviceTaints off)."""
     kept = {d["name"]: d for d in (stored.get("spec") or {}).get("devices") or []}

@@ -255,10 +255,11 @@ class ClaimLifecycle:
         return restored
 
     def _put_back(self, record: ClaimRecord) -> None:
-        """The committed record a failed repair replaced, with its specs and pod index
-        entries (undoing the repair removed them)."""
+        """The committed record a failed repair replaced, with its specs, metadata files
+        and pod index entries (undoing the repair removed them)."""
         self.records.save(record)
         self.restore_specs(record)
+        self.restore_metadata(record)
         self.records.index(record)
 
     def release(self, record: ClaimRecord) -> None:
@@ -355,11 +356,23 @@ class ClaimLifecycle:
         return written, lost
 
     def restore_metadata(self, record: ClaimRecord) -> bool:
-        """Write again the metadata files of a prepared record if one is missing."""
+        """Write again the metadata files of a prepared record if one is missing. Never
+        raises: the files inform the pod, the claim stays prepared without them (a
+        failure is logged, and tried again at the next prepare of the claim)."""
         root = self.metadata_root
-        if root is None or not record.devices or not devicemeta.missing(root, record):
+        try:
+            if root is None or not record.devices or not devicemeta.missing(root, record):
+                return False
+            devicemeta.write(root, self._driver, record, self._lookup)
+        except (DriverError, OSError) as exc:
+            event(
+                log,
+                logging.ERROR,
+                "cannot write device metadata",
+                claim=record.claim.uid,
+                error=exc,
+            )
             return False
-        devicemeta.write(root, self._driver, record, self._lookup)
         event(
             log, logging.WARNING, "device metadata was gone: written again", claim=record.claim.uid
         )

@@ -2,13 +2,14 @@
 claims, at a path it can compute from its pod spec.
 
 One file per claim and request, on the host under the driver's plugin directory
-(`<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json`),
+(`<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>_<uid>/<request>/metadata.json`),
 bind-mounted read-only through the claim's CDI devices to
 `/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json`,
 or `.../resourceclaimtemplates/<pod claim name>/...` for a claim made from a template (the
 pod spec knows that name, not the generated one). The file is the same DeviceMetadata
 object once per API version, newest first, as a JSON stream: a reader takes the first
-version it knows. Written atomically; its `metadata.generation` grows with each rewrite.
+version it knows. Written atomically (not fsynced, like the CDI specs: what it describes
+does not outlive the machine); its `metadata.generation` grows with each rewrite.
 The layout and format are the ones k8s.io/dynamic-resource-allocation writes for Go
 drivers (kubeletplugin/metadata.go, api/metadata).
 """
@@ -41,10 +42,13 @@ def base_request(request: str) -> str:
 
 
 def claim_dir(root: Path, claim: ClaimRef) -> Path:
-    """The host directory of a claim's files; refuses names no claim has (they make paths)."""
-    if not (naming.is_dns_label(claim.namespace) and naming.is_dns_subdomain(claim.name)):
-        raise DriverError(f"claim {claim}: not a Kubernetes namespace and name")
-    return root / SUBDIR / f"{claim.namespace}_{claim.name}"
+    """The host directory of a claim's files, by namespace, name and UID (a claim made
+    again under the same name while the old one is still prepared gets its own); refuses
+    names no claim has (they make paths)."""
+    valid = naming.is_dns_label(claim.namespace) and naming.is_dns_subdomain(claim.name)
+    if not (valid and naming.is_claim_uid(claim.uid)):
+        raise DriverError(f"claim {claim}: not a Kubernetes namespace, name and UID")
+    return root / SUBDIR / f"{claim.namespace}_{claim.name}_{claim.uid}"
 
 
 def host_path(root: Path, claim: ClaimRef, request: str) -> Path:
@@ -114,7 +118,7 @@ def generation(path: Path) -> int:
 def write(path: Path, doc: Mapping[str, Any]) -> None:
     """Write a request's file atomically (its directories made as needed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, encode(doc))
+    write_atomic(path, encode(doc), durable=False)
 
 
 def remove_claim(root: Path, claim: ClaimRef) -> None:
@@ -125,7 +129,7 @@ def remove_claim(root: Path, claim: ClaimRef) -> None:
 
 def orphans(root: Path, claims: Iterable[ClaimRef]) -> list[Path]:
     """Claim directories under `root` that belong to none of `claims`."""
-    keep = {f"{c.namespace}_{c.name}" for c in claims}
+    keep = {f"{c.namespace}_{c.name}_{c.uid}" for c in claims}
     base = root / SUBDIR
     try:
         return sorted(p for p in base.iterdir() if p.name not in keep)

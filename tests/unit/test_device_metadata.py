@@ -49,7 +49,7 @@ def test_a_prepared_claim_has_its_file_and_a_read_only_mount_at_the_standard_pat
     from_template(node)
     outcome = prepare_one(node.preparer())
     assert outcome.error is None
-    path = node.plugin_dir / "dra-device-metadata/default_c/nic/metadata.json"
+    path = node.plugin_dir / f"dra-device-metadata/default_c_{UID}/nic/metadata.json"
     beta, alpha = stream(path)
     assert (beta["apiVersion"], alpha["apiVersion"]) == (
         "metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1",
@@ -77,7 +77,7 @@ def test_a_prepared_claim_has_its_file_and_a_read_only_mount_at_the_standard_pat
         {"hostPath": str(path), "containerPath": TEMPLATE_PATH, "options": ["ro", "bind"]}
     ]
     assert unprepare_one(node.preparer()).error is None
-    assert not (node.plugin_dir / "dra-device-metadata/default_c").exists()
+    assert not (node.plugin_dir / f"dra-device-metadata/default_c_{UID}").exists()
 
 
 def test_a_claim_the_pod_names_itself_shows_under_its_own_name(node):
@@ -97,7 +97,7 @@ def test_a_claim_the_pod_names_itself_shows_under_its_own_name(node):
 def test_a_file_that_went_away_is_written_again_from_the_record(node):
     from_template(node)
     assert prepare_one(node.preparer()).error is None
-    path = node.plugin_dir / "dra-device-metadata/default_c/nic/metadata.json"
+    path = node.plugin_dir / f"dra-device-metadata/default_c_{UID}/nic/metadata.json"
     before = stream(path)
     path.unlink()
     assert prepare_one(node.start()).error is None  # a restart: reconciled from the record
@@ -111,13 +111,13 @@ def test_a_claim_prepared_again_gets_a_newer_generation(node):
     record = preparer.records.load(UID)
     assert record is not None
     again = preparer.lifecycle.prepare_again(record)
-    path = node.plugin_dir / "dra-device-metadata/default_c/nic/metadata.json"
+    path = node.plugin_dir / f"dra-device-metadata/default_c_{UID}/nic/metadata.json"
     assert [d["metadata"]["generation"] for d in stream(path)] == [2, 2]
     assert again.pod_claim_name == "uplink"
 
 
 def test_metadata_of_a_claim_no_record_holds_is_removed_at_start(node):
-    stray = node.plugin_dir / "dra-device-metadata/default_gone/nic/metadata.json"
+    stray = node.plugin_dir / f"dra-device-metadata/default_gone_{UID}/nic/metadata.json"
     stray.parent.mkdir(parents=True)
     stray.write_text("{}")
     node.start()
@@ -130,8 +130,28 @@ def test_metadata_of_a_claim_no_record_holds_is_removed_at_start(node):
         (ClaimRef("../etc", "c", UID), "nic"),
         (ClaimRef("default", "c/../../x", UID), "nic"),
         (ClaimRef("default", "c", UID), "../nic"),
+        (ClaimRef("default", "c", "../../x"), "nic"),
     ],
 )
 def test_names_that_would_leave_the_directory_are_refused(tmp_path, ref, request_name):
     with pytest.raises(DriverError):
         metadata.host_path(tmp_path, ref, request_name)
+
+
+def test_a_metadata_file_that_cannot_be_written_again_never_costs_the_claim(node, monkeypatch):
+    from dradriver.claims import devicemeta
+
+    from_template(node)
+    assert prepare_one(node.preparer()).error is None
+    links = node.links()
+    (node.plugin_dir / f"dra-device-metadata/default_c_{UID}/nic/metadata.json").unlink()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(devicemeta, "write", full)
+    preparer = node.start()  # start-up: the file is gone and cannot be written
+    assert node.links() == links  # the claim's interfaces are kept
+    record = preparer.records.load(UID)
+    assert record is not None and record.phase == "prepared"
+    assert prepare_one(preparer).error is None  # and its prepare still answers

@@ -175,6 +175,14 @@ def test_events_beyond_the_burst_are_dropped_until_the_rate_allows_more(caplog):
         recorder.stop()
     notes = [b["note"] for _, _, b in api.posted]
     assert notes == [f"claim {i}" for i in range(BURST)] + ["later claim 0", "later claim 1"]
+    # A dropped event is not remembered: once the rate allows, its repeat is posted.
+    recorder2 = EventRecorder(api, "dra.example.com", "n1", clock=lambda: now[0])
+    for i in range(BURST + 1):
+        recorder2.record(POD, WARNING, "PrepareFailed", f"again {i}")
+    now[0] += REFILL_SECONDS
+    recorder2.record(POD, WARNING, "PrepareFailed", f"again {BURST}")  # the kubelet's retry
+    recorder2.stop()
+    assert [b["note"] for _, _, b in api.posted][-1] == f"again {BURST}"
     dropped = [r for r in caplog.records if r.getMessage() == "event dropped: rate limit"]
     assert len(dropped) == 8 and dropped[0].note == f"claim {BURST}"
 

@@ -236,10 +236,10 @@ def test_device_taint_effect_is_one_of_the_apis_or_none(monkeypatch):
     s = _parse(["--node-name", "n"], {"DRA_DEVICE_TAINT_EFFECT": "NoExecute"}, monkeypatch)
     assert s.device_taint_effect == "NoExecute"
     monkeypatch.delenv("DRA_DEVICE_TAINT_EFFECT")
-    assert _parse(["--node-name", "n", "--device-taint-effect", "None"], {}, monkeypatch)
+    assert _parse(["--node-name", "n", "--device-taint-effect", "Off"], {}, monkeypatch)
     assert (
         _parse(
-            ["--node-name", "n", "--device-taint-effect", "None"], {}, monkeypatch
+            ["--node-name", "n", "--device-taint-effect", "Off"], {}, monkeypatch
         ).device_taint_effect
         is None
     )

@@ -163,3 +163,20 @@ def test_a_device_a_claim_holds_stays_published_as_last_found_when_discovery_los
     assert [(d.name, d.attributes) for d in kept] == [("nic-held", {"mtu": 9000})]
     assert asked == [{"nic-held", "nic-free"}]
     assert [d.name for d in inventory.refresh()] == ["nic-held"]  # still held: still kept
+    assert asked == [{"nic-held", "nic-free"}]  # known held: the records are not read again
+    registry.found = [Device("nic-held", {"mtu": 1500})]  # back: its claim released
+    assert [d.attributes for d in inventory.refresh()] == [{"mtu": 1500}]
+    registry.found = []
+    inventory.refresh()
+    assert asked[-1] == {"nic-held"}  # gone again: asked again
+
+
+def test_a_republished_taint_keeps_the_time_the_server_stamped():
+    [stored] = slices.build_slices("dra.example.com", "n1", "u1", _nics(2, 1), 0, "NoSchedule")
+    stored["spec"]["devices"][0]["taints"][0]["timeAdded"] = "2026-11-27T07:00:00Z"
+    [again] = slices.build_slices("dra.example.com", "n1", "u1", _nics(2, 1), 0, "NoSchedule")
+    slices.keep_taint_times([again], [stored])
+    assert again["spec"]["devices"][0]["taints"][0]["timeAdded"] == "2026-11-27T07:00:00Z"
+    [other] = slices.build_slices("dra.example.com", "n1", "u1", _nics(2, 1), 0, "NoExecute")
+    slices.keep_taint_times([other], [stored])  # another effect: a new taint, a new time
+    assert "timeAdded" not in other["spec"]["devices"][0]["taints"][0]

@@ -66,7 +66,7 @@ def test_prepare_is_idempotent_and_unprepare_leaves_nothing(node, kind):
     first = prepare_one(preparer)
     assert first.error is None and len(first.devices) == 1
     index = f"by-pod/{POD}/{UID}"
-    metadata = "dra-device-metadata/default_c/nic/metadata.json"
+    metadata = f"dra-device-metadata/default_c_{UID}/nic/metadata.json"
     assert node.files() == sorted(
         [f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json", index, metadata]
     )
