@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import audit
 from .certs import CertPair
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -92,6 +93,7 @@ def apiserver_argv(lay: Layout, gates: Mapping[str, bool]) -> list[str]:
         "--shutdown-watch-termination-grace-period=2s",
         "--allow-privileged=true",
         "--profiling=false",
+        *audit.apiserver_flags(lay.workdir),
         gates_flag(gates),
         f"--v={lay.verbosity}",
     ]

@@ -48,8 +48,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import audit
 from . import netns as netns_
 from .apiclient import ApiError, Rest, Source
+from .audit import AuditLog
 from .binaries import default_bin_dir, missing_binaries
 from .certs import (
     CertificateAuthority,
@@ -114,6 +116,7 @@ class ControlPlane(ServiceAccountTokens):
         self.components: dict[str, Component] = {}
         self.startup_seconds: float | None = None
         self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
+        self.audit = AuditLog(audit.log_path(self.workdir))  # what the driver asked for
         self.rest: Rest | None = None
         self._started = False
         self._sigterm = SigtermAsInterrupt()

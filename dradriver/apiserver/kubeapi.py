@@ -6,11 +6,12 @@ kubeconfig file). Raw JSON keeps fields a typed client's models would drop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -24,10 +25,12 @@ from dradriver.contract import naming
 log = logging.getLogger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+SLICES = f"{RESOURCE_API}/resourceslices"
 _TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
 # Claim fetches of a batch run side by side (prepare.py), beside the publisher and the
 # status writer: enough connections that none is opened and thrown away per request.
 _POOL_SIZE = 12
+_WATCH_SLACK = 60  # seconds a watch may stay silent beyond the end the server was asked for
 
 
 class ApiError(DriverError):
@@ -95,15 +98,16 @@ class KubeApi:
                 self._config.credentials.invalidate()
         raise AssertionError("unreachable")
 
-    def _request(
+    def _send(
         self,
         method: str,
         path: str,
         body: Any,
         query: Mapping[str, str] | None,
         content_type: str,
-        timeout: float | None,
-    ) -> Any:
+        timeout: urllib3.Timeout,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
         url = self._host + path + (("?" + urlencode(query)) if query else "")
         headers = {"Accept": "application/json", "User-Agent": "dra-driver"}
         credentials = self._config.credentials
@@ -122,28 +126,50 @@ class KubeApi:
         if body is not None:
             headers["Content-Type"] = content_type
             data = json.dumps(body).encode()
+        try:
+            return pool.request(
+                method, url, body=data, headers=headers, timeout=timeout, preload_content=not stream
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+        timeout: float | None,
+    ) -> Any:
         limit = _TIMEOUT
         if timeout is not None:
             limit = urllib3.Timeout(total=timeout, connect=min(timeout, 5.0))
-        try:
-            resp = pool.request(method, url, body=data, headers=headers, timeout=limit)
-        except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
-        try:
-            payload = json.loads(resp.data) if resp.data else None
-        except ValueError:  # a proxy's HTML error page, a truncated body
-            payload = resp.data.decode(errors="replace")[:300]
-        except RecursionError:  # valid JSON nested deeper than the decoder goes
-            raise ApiError(
-                resp.status, "BadResponse", f"JSON from {path} is nested too deeply to read"
-            ) from None
-        if resp.status >= 400:
-            message = payload.get("message", "") if isinstance(payload, dict) else payload
-            reason = payload.get("reason", "") if isinstance(payload, dict) else ""
-            raise ApiError(resp.status, reason or str(resp.reason), str(message))
-        if not isinstance(payload, (dict, type(None))):
-            raise ApiError(resp.status, "BadResponse", f"not JSON from {path}: {payload}")
-        return payload
+        resp = self._send(method, path, body, query, content_type, limit)
+        return _decode(resp, path)
+
+    def watch(self, path: str, query: Mapping[str, str], seconds: int) -> Watch:
+        """Open a watch of the collection at `path` from `query`'s resourceVersion, with
+        bookmarks; the server ends it after `seconds`. Raises ApiError if refused."""
+        full = {
+            **query,
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(seconds),
+        }
+        # A watch that hears nothing for longer than the server's own end is a dead one.
+        limit = urllib3.Timeout(connect=5.0, read=seconds + _WATCH_SLACK)
+        for attempt in (0, 1):
+            resp = self._send("GET", path, None, full, "", limit, stream=True)
+            if resp.status < 400:
+                return Watch(resp, path)
+            try:
+                _decode(resp, path)
+            except ApiError as exc:
+                if exc.status != 401 or attempt:
+                    raise
+                self._config.credentials.invalidate()
+        raise AssertionError("unreachable")
 
     def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
         """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given."""
@@ -170,11 +196,17 @@ class KubeApi:
 
     def list_slices(self, driver: str, node_name: str) -> list[dict[str, Any]]:
         """The ResourceSlices of `driver` for `node_name`."""
-        selector = f"spec.driver={driver},spec.nodeName={node_name}"
-        result = self.request(
-            "GET", f"{RESOURCE_API}/resourceslices", None, {"fieldSelector": selector}
-        )
-        return list(result.get("items") or [])
+        return self.list_slices_at(driver, node_name)[0]
+
+    def list_slices_at(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
+        """The ResourceSlices of `driver` for `node_name`, and the list's resourceVersion."""
+        result = self.request("GET", SLICES, None, slice_selector(driver, node_name))
+        return list(result.get("items") or []), str(result["metadata"]["resourceVersion"])
+
+    def watch_slices(self, driver: str, node_name: str, version: str, seconds: int) -> Watch:
+        """Watch the ResourceSlices of `driver` for `node_name` from `version`."""
+        query = {**slice_selector(driver, node_name), "resourceVersion": version}
+        return self.watch(SLICES, query, seconds)
 
     def list_device_classes(self) -> list[dict[str, Any]]:
         """Every DeviceClass of the cluster."""
@@ -183,22 +215,82 @@ class KubeApi:
 
     def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create a ResourceSlice; return what the server stored."""
-        result: dict[str, Any] = self.request("POST", f"{RESOURCE_API}/resourceslices", body)
+        result: dict[str, Any] = self.request("POST", SLICES, body)
         return result
 
     def update_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Replace a ResourceSlice (body carries its resourceVersion); return what was stored."""
         name = segment(body["metadata"]["name"])
-        result: dict[str, Any] = self.request("PUT", f"{RESOURCE_API}/resourceslices/{name}", body)
+        result: dict[str, Any] = self.request("PUT", f"{SLICES}/{name}", body)
         return result
 
     def delete_slice(self, name: str) -> None:
         """Delete a ResourceSlice (no error if it is already gone)."""
         try:
-            self.request("DELETE", f"{RESOURCE_API}/resourceslices/{segment(name)}")
+            self.request("DELETE", f"{SLICES}/{segment(name)}")
         except ApiError as exc:
             if exc.status != 404:
                 raise
+
+
+class Watch:
+    """An open watch: its events as the server sends them; `close` ends it from any thread."""
+
+    def __init__(self, resp: urllib3.BaseHTTPResponse, path: str) -> None:
+        """Read events from `resp`, the watch of `path`."""
+        self._resp = resp
+        self._path = path
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Each event ({type, object}) until the server ends the watch."""
+        try:
+            for line in self._resp:
+                if not line.strip():
+                    continue
+                try:
+                    ev = json.loads(line)
+                except (ValueError, RecursionError):
+                    raise ApiError(
+                        self._resp.status, "BadResponse", f"not a watch event from {self._path}"
+                    ) from None
+                if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
+                    raise ApiError(
+                        self._resp.status, "BadResponse", f"not a watch event from {self._path}"
+                    )
+                yield ev
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, "unreachable", f"watch of {self._path} ended: {exc}") from None
+
+    def close(self) -> None:
+        """End the watch: a thread reading its events sees them end."""
+        with contextlib.suppress(Exception):
+            self._resp.shutdown()
+        with contextlib.suppress(Exception):
+            self._resp.release_conn()
+
+
+def slice_selector(driver: str, node_name: str) -> dict[str, str]:
+    """The query selecting the ResourceSlices of `driver` for `node_name`."""
+    return {"fieldSelector": f"spec.driver={driver},spec.nodeName={node_name}"}
+
+
+def _decode(resp: urllib3.BaseHTTPResponse, path: str) -> Any:
+    """The JSON body of `resp`, or ApiError for an error status or a body that is not JSON."""
+    try:
+        payload = json.loads(resp.data) if resp.data else None
+    except ValueError:  # a proxy's HTML error page, a truncated body
+        payload = resp.data.decode(errors="replace")[:300]
+    except RecursionError:  # valid JSON nested deeper than the decoder goes
+        raise ApiError(
+            resp.status, "BadResponse", f"JSON from {path} is nested too deeply to read"
+        ) from None
+    if resp.status >= 400:
+        message = payload.get("message", "") if isinstance(payload, dict) else payload
+        reason = payload.get("reason", "") if isinstance(payload, dict) else ""
+        raise ApiError(resp.status, reason or str(resp.reason), str(message))
+    if not isinstance(payload, (dict, type(None))):
+        raise ApiError(resp.status, "BadResponse", f"not JSON from {path}: {payload}")
+    return payload
 
 
 def segment(value: str) -> str:

@@ -1,4 +1,6 @@
-"""Publishes this node's ResourceSlices: on start, on link changes, on registration, by timer."""
+"""Publishes this node's ResourceSlices: on start, on link changes, on registration, when
+the watch hears a slice change, and by timer (rediscovery; it costs the API nothing while
+the watch is in step)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import Any
 
 from dradriver.apiserver import slices
 from dradriver.apiserver.inventory import Inventory
-from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.apiserver.kubeapi import ApiError, KubeApi
+from dradriver.apiserver.slicewatch import SliceWatch
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.kernel import netlink
@@ -43,10 +46,12 @@ class Publisher:
         self._metrics = metrics
         self._taint_effect = taint_effect
         self._node_uid: str | None = None
+        self._listed = 0.0  # time.monotonic() of the last list of the slices
         self._last_desired: list[Any] | None = None
         self._wake = threading.Event()
         self._force = True
         self._stopping = threading.Event()
+        self._watch = SliceWatch(api, driver, node_name, lambda: self.trigger(force=False))
         self._threads = [
             threading.Thread(target=self._loop, name="publisher", daemon=True),
             threading.Thread(target=self._watch_links, name="link-watch", daemon=True),
@@ -56,11 +61,13 @@ class Publisher:
         """Publish now and keep publishing."""
         for thread in self._threads:
             thread.start()
+        self._watch.start()
 
     def stop(self) -> None:
         """Stop the threads (slices stay: the kubelet removes them when we are gone)."""
         self._stopping.set()
         self._wake.set()
+        self._watch.stop()
         self._threads[0].join(5)
 
     def trigger(self, force: bool = True) -> None:
@@ -81,57 +88,50 @@ class Publisher:
                 self._force = True
                 delay = min(_RETRY_SECONDS, self._interval)
             if self._wake.wait(delay):
-                time.sleep(_DEBOUNCE_SECONDS)  # coalesce bursts of link events
+                time.sleep(_DEBOUNCE_SECONDS)  # coalesce bursts of link and watch events
                 self._wake.clear()
-            else:
-                self._force = True  # periodic: heal slices the kubelet or a user removed
+            if self._watch.snapshot() is None and time.monotonic() - self._listed >= self._interval:
+                self._force = True  # no watch: heal slices the kubelet or a user removed
 
     def publish(self, force: bool = True) -> bool:
-        """Make the API match the inventory; return whether anything was written."""
+        """Make the API match the inventory; return whether anything was written. The
+        slices are compared with the watch's copy; without one (or with `force`) they are
+        listed, and `force` reads the Node's UID again too."""
         devices = self._inventory.refresh()
         if force:
             # The Node may have been deleted and registered again under a new UID: a
             # slice owned by the old UID is deleted by the garbage collector at once.
             self._node_uid = None
-        desired = slices.build_slices(
-            self._driver,
-            self._node,
-            self._node_uid_cached(),
-            devices,
-            generation=0,
-            taint_effect=self._taint_effect,
-        )
+        cached = None if force else self._watch.snapshot()
+        desired = self._desired(devices)
         contents = [slices.content(s) for s in desired]
-        if not force and contents == self._last_desired:
+        if cached is None and not force and contents == self._last_desired:
             return False
-        existing = {
-            s["metadata"]["name"]: s for s in self._api.list_slices(self._driver, self._node)
-        }
-        current = [
-            _owned_content(existing[s["metadata"]["name"]])
-            if s["metadata"]["name"] in existing
-            else None
-            for s in desired
-        ]
-        if current == [_owned_content(s) for s in desired] and len(existing) == len(desired):
+        existing = cached
+        if existing is None:
+            self._listed = time.monotonic()
+            existing = {
+                s["metadata"]["name"]: s for s in self._api.list_slices(self._driver, self._node)
+            }
+        if self._matches(desired, existing):
             self._last_desired = contents
             return False
-        slices.keep_taint_times(desired, existing.values())
-        generation = 1 + max(
-            (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
-        )
-        for body in desired:
-            body["spec"]["pool"]["generation"] = generation
-            name = body["metadata"]["name"]
-            if name in existing:
-                body["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
-                stored = self._api.update_slice(body)
-            else:
-                stored = self._api.create_slice(body)
-            if self._check_dropped(body, stored):
+        if not force and any(s["metadata"]["name"] not in existing for s in desired):
+            # A slice is created: the Node's UID is read again first (a re-created Node's
+            # garbage collector deletes the slices of the old one, which brings us here).
+            self._node_uid = None
+            desired = self._desired(devices)
+            if self._matches(desired, existing):
+                self._last_desired = contents
+                return False
+        try:
+            generation = self._write(desired, existing)
+        except ApiError as exc:
+            if exc.status == 409 and cached is not None:  # the copy was behind: list
                 return self.publish(force=True)
-        for name in set(existing) - {s["metadata"]["name"] for s in desired}:
-            self._api.delete_slice(name)
+            raise
+        if generation is None:
+            return self.publish(force=True)
         self._last_desired = contents
         event(
             log,
@@ -144,6 +144,52 @@ class Publisher:
         if self._metrics:
             self._metrics.publishes.labels("success").inc()
         return True
+
+    def _desired(self, devices: list[Any]) -> list[dict[str, Any]]:
+        return slices.build_slices(
+            self._driver,
+            self._node,
+            self._node_uid_cached(),
+            devices,
+            generation=0,
+            taint_effect=self._taint_effect,
+        )
+
+    @staticmethod
+    def _matches(desired: list[dict[str, Any]], existing: dict[str, dict[str, Any]]) -> bool:
+        """Whether the stored slices are the desired ones, no more."""
+        current = [
+            _owned_content(existing[s["metadata"]["name"]])
+            if s["metadata"]["name"] in existing
+            else None
+            for s in desired
+        ]
+        return current == [_owned_content(s) for s in desired] and len(existing) == len(desired)
+
+    def _write(
+        self, desired: list[dict[str, Any]], existing: dict[str, dict[str, Any]]
+    ) -> int | None:
+        """Write `desired` over `existing`; the pool's new generation, or None if the API
+        server dropped fields and the slices must be built again."""
+        slices.keep_taint_times(desired, existing.values())
+        generation = 1 + max(
+            (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
+        )
+        for body in desired:
+            body["spec"]["pool"]["generation"] = generation
+            name = body["metadata"]["name"]
+            if name in existing:
+                body["metadata"]["resourceVersion"] = existing[name]["metadata"]["resourceVersion"]
+                stored = self._api.update_slice(body)
+            else:
+                stored = self._api.create_slice(body)
+            self._watch.stored(stored)
+            if self._check_dropped(body, stored):
+                return None
+        for name in set(existing) - {s["metadata"]["name"] for s in desired}:
+            self._api.delete_slice(name)
+            self._watch.deleted(name)
+        return generation
 
     def _check_dropped(self, sent: dict[str, Any], stored: dict[str, Any]) -> bool:
         """Publish without what the API server dropped: device taints (said once), or

@@ -1,5 +1,6 @@
 """ResourceSlice publishing by the real daemon against the API stand-in."""
 
+import copy
 import time
 
 import pytest
@@ -89,3 +90,66 @@ def test_link_events_republish_without_waiting_for_the_timer(api, start_driver, 
     assert {s["spec"]["pool"]["generation"] for s in fake.slices.values()} == {2}
     netns.ip(ns, "link", "del", "eth5")
     wait_for("nic-eth5 gone", lambda: "nic-eth5" not in _devices(fake), timeout=10, log=d.log)
+
+
+def _api_calls(fake, since):
+    """The requests after the first `since`, watches left out."""
+    return [r for r in list(fake.requests)[since:] if r[0] != "WATCH"]
+
+
+def test_a_node_at_rest_costs_one_watch_and_heals_from_its_events(api, start_driver):
+    """Rediscovery every second costs the API nothing; a slice deleted or changed behind
+    the driver's back is put right from the watch's event, not a timer (600 s)."""
+    fake, _ = api
+    d = start_driver("--publish-interval", "1")
+    [s] = wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
+    wait_for(
+        "the watch",
+        lambda: ("WATCH", "/apis/resource.k8s.io/v1/resourceslices") in fake.requests,
+        log=d.log,
+    )
+    time.sleep(1.0)  # the publisher's answer to the events of its own writes
+    seen = len(fake.requests)
+    time.sleep(3.5)  # three rediscoveries
+    assert _api_calls(fake, seen) == []
+    with fake.lock:
+        fake.slices.clear()
+    [healed] = wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
+    assert (
+        healed["metadata"]["ownerReferences"][0]["uid"] == fake.nodes["node-a"]["metadata"]["uid"]
+    )
+    # A creation reads the Node again (a re-created Node's collector deleted the slice).
+    assert ("GET", "/api/v1/nodes/node-a") in _api_calls(fake, seen)
+    with fake.lock:
+        changed = copy.deepcopy(healed)
+        changed["spec"]["devices"] = []
+        fake.slices[changed["metadata"]["name"]] = fake._store(changed, healed["metadata"]["uid"])
+    wait_for(
+        "the slice's devices back",
+        lambda: [x["spec"]["devices"] for x in fake.slices.values()] == [healed["spec"]["devices"]],
+        timeout=5,
+        log=d.log,
+    )
+
+
+def test_an_expired_watch_lists_again_and_keeps_healing(api, start_driver):
+    fake, _ = api
+    d = start_driver("--publish-interval", "600")
+    wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
+    watches = lambda: len([r for r in fake.requests if r[0] == "WATCH"])  # noqa: E731
+    wait_for("the watch", watches, log=d.log)
+    with fake.lock:
+        fake.oldest_watchable = fake._rv + 1000  # every version the driver has is too old
+        fake.slices.clear()  # the open watch still tells: the slice comes back
+    wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
+
+
+def test_without_watches_the_timer_lists_and_heals(api, start_driver):
+    fake, _ = api
+    fake.refuse_watches = True
+    d = start_driver()  # --publish-interval 2
+    wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
+    with fake.lock:
+        fake.slices.clear()
+    wait_for("the slice again", lambda: list(fake.slices.values()), timeout=8, log=d.log)
+    assert "watching ResourceSlices failed" in d.log()

@@ -2,8 +2,10 @@
 
 It answers like kube-apiserver does for those calls (Status objects, 404/409/422,
 resourceVersion conflicts, field selectors on ResourceSlices, server-side apply of
-claim status keyed by driver/pool/device/shareID). `drop_consumable_capacity` makes it
-silently drop the fields an API server with DRAConsumableCapacity off drops.
+claim status keyed by driver/pool/device/shareID, watches of ResourceSlices from a
+resourceVersion with 410 for one it no longer has). `drop_consumable_capacity` makes it
+silently drop the fields an API server with DRAConsumableCapacity off drops. Tests change
+`slices` directly too: every change, however made, becomes a watch event.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ class FakeApi:
         self.drop_consumable_capacity = False
         self.claim_delay = 0.0
         self.fail_status_writes = False
+        self.refuse_watches = False  # answer watches 405, as a server without them would
+        self.oldest_watchable = 0  # watches from an older resourceVersion get 410 Gone
+        self.events: list[tuple[int, dict[str, Any]]] = []  # (resourceVersion, slice event)
+        self._shadow: dict[str, dict[str, Any]] = {}  # the slices as the events last saw them
         self._rv = 0
         self.lock = threading.RLock()
         self.server: ThreadingHTTPServer | None = None
@@ -122,6 +128,7 @@ class FakeApi:
         try:
             yield f"http://127.0.0.1:{server.server_address[1]}"
         finally:
+            self.server = None  # ends the watches being served
             server.shutdown()
             server.server_close()
             thread.join(5)
@@ -146,10 +153,37 @@ class FakeApi:
 
     # -- verbs ------------------------------------------------------------------------
 
+    def sync_events(self) -> None:
+        """Turn every change of `slices` since the last call into watch events."""
+        with self.lock:
+            for name, obj in list(self.slices.items()):
+                old = self._shadow.get(name)
+                if old is obj:
+                    continue
+                kind = "ADDED" if old is None else "MODIFIED"
+                self.events.append((int(obj["metadata"]["resourceVersion"]), _event(kind, obj)))
+            for name in set(self._shadow) - set(self.slices):
+                gone = copy.deepcopy(self._shadow[name])
+                gone["metadata"]["resourceVersion"] = self.next_rv()
+                self.events.append((self._rv, _event("DELETED", gone)))
+            self._shadow = dict(self.slices)
+
+    def watch_from(self, version: int, selector: dict[str, str]) -> tuple[int, list[Any]]:
+        """The events after `version` of slices matching `selector`, and the last version."""
+        self.sync_events()
+        with self.lock:
+            found = [
+                ev
+                for rv, ev in self.events
+                if rv > version and all(_field(ev["object"], k) == v for k, v in selector.items())
+            ]
+            return self._rv, copy.deepcopy(found)
+
     def handle(
         self, method: str, path: str, query: dict[str, list[str]], body: Any
     ) -> tuple[int, Any]:
         self.requests.append((method, path))
+        self.sync_events()
         with self.lock:
             if m := _CLAIM.match(path):
                 return self._claim(method, unquote(m[1]), unquote(m[2]), bool(m[3]), body)
@@ -204,12 +238,7 @@ class FakeApi:
         self, method: str, name: str | None, query: dict[str, list[str]], body: Any
     ) -> tuple[int, Any]:
         if method == "GET" and name is None:
-            wanted = dict(
-                kv.split("=", 1)
-                for s in query.get("fieldSelector", [""])
-                for kv in s.split(",")
-                if kv
-            )
+            wanted = _selector(query)
             items = [
                 s for s in self.slices.values() if all(_field(s, k) == v for k, v in wanted.items())
             ]
@@ -260,6 +289,16 @@ class FakeApi:
         return obj
 
 
+def _selector(query: dict[str, list[str]]) -> dict[str, str]:
+    return dict(
+        kv.split("=", 1) for s in query.get("fieldSelector", [""]) for kv in s.split(",") if kv
+    )
+
+
+def _event(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "object": copy.deepcopy(obj)}
+
+
 def _field(obj: dict[str, Any], dotted: str) -> Any:
     value: Any = obj
     for part in dotted.split("."):
@@ -284,11 +323,52 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
+        query = parse_qs(url.query)
         if self.headers.get("Authorization") != "Bearer fake-token":
             code, payload = 401, status(401, "Unauthorized", "Unauthorized")
+        elif query.get("watch") == ["true"] and _SLICE.match(url.path):
+            self.fake.requests.append(("WATCH", url.path))
+            if self.fake.refuse_watches:
+                code, payload = 405, status(405, "MethodNotAllowed", "watch not allowed")
+            else:
+                self._watch(query)
+                return
         else:
-            code, payload = self.fake.handle(self.command, url.path, parse_qs(url.query), body)
+            code, payload = self.fake.handle(self.command, url.path, query, body)
         data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _watch(self, query: dict[str, list[str]]) -> None:
+        """Stream slice events after the asked version until timeoutSeconds, as chunks."""
+        version = int(query.get("resourceVersion", ["0"])[0] or 0)
+        if version < self.fake.oldest_watchable:
+            self._send_json(200, _event("ERROR", status(410, "Expired", "too old")))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", ["60"])[0])
+        selector = _selector(query)
+        try:
+            while time.monotonic() < deadline and self.fake.server is not None:
+                version, found = self.fake.watch_from(version, selector)
+                for ev in found:
+                    data = json.dumps(ev).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                time.sleep(0.02)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client went away
+            pass
+        self.close_connection = True
+
+    def _send_json(self, code: int, payload: Any) -> None:
+        data = json.dumps(payload).encode() + b"\n"
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
