@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import churn, latency, lifecycle, node, nodechurn, placement, publishing, rtnl
+from bench import churn, fleet, latency, lifecycle, node, nodechurn, placement, publishing, rtnl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,6 +72,7 @@ def run(quick: bool, only: frozenset[str] = frozenset(), churn_pods: int = 1000)
     section("churn", churn.churn, 100 if quick else 1000, 25 if quick else 250)
     section("node", node.node_figures, 5 if quick else 20)
     section("node-churn", nodechurn.node_churn, 50 if quick else churn_pods)
+    section("fleet", fleet.fleet, 10 if quick else 50, 20 if quick else 60, 20 if quick else 60)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
     return out
 
@@ -156,8 +157,13 @@ def table(r: dict[str, Any]) -> str:
             f"<= 2 s: {_ok(rs['to_registration_s'] <= 2)} |"
         )
     if "startup" in r:
-        st = r["startup"]
-        lines.append(f"| start-up, exec to registration socket (s) | {st['median_s']:.2f} | | | |")
+        for mode in ("cdi", "nri"):
+            st = r["startup"][mode]
+            lines.append(
+                f"| start-up, {mode.upper()} mode, exec to registration socket, median / max "
+                f"(s) | {st['median_s']:.2f} / {st['max_s']:.2f} | | | <= 0.4: "
+                f"{_ok(st['median_s'] <= 0.4)} |"
+            )
     if "publishing" in r:
         for p in r["publishing"]:
             lines.append(
@@ -185,6 +191,7 @@ def table(r: dict[str, Any]) -> str:
     lines += churn.rows(r.get("churn"))
     lines += node_rows(r)
     lines += nodechurn.rows(r.get("node-churn"))
+    lines += fleet.rows(r.get("fleet"))
     total = sum(r["seconds"].values())
     lines += ["", f"Sections (s): {r['seconds']}, total {total:.0f} s"]
     return "\n".join(lines)

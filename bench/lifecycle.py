@@ -11,6 +11,7 @@ import grpc
 
 from bench.client import Kubelet, get_info
 from bench.env import Env, environment, rss_kb
+from tests.support import nriruntime
 from tests.support.driverproc import RUNNING
 
 
@@ -31,14 +32,21 @@ def _until_registered(env: Env, *args: str) -> tuple[float, Any]:
 
 
 def startup(runs: int) -> dict[str, Any]:
-    """Exec to registration socket with no records."""
-    times = []
-    with environment("startup") as env:
-        for _ in range(runs):
-            t, d = _until_registered(env)
-            times.append(t)
-            d.stop()
-    return {"runs": runs, "median_s": statistics.median(times), "max_s": max(times)}
+    """Exec to registration socket with no records: CDI mode, and NRI mode with the NRI
+    stand-in accepting the plugin (the kubelet is served before the runtime answers)."""
+    out: dict[str, Any] = {"runs": runs}
+    with environment("startup") as env, nriruntime.fake_runtime() as runtime:
+        for mode, args in (
+            ("cdi", ("--injection", "cdi")),
+            ("nri", ("--injection", "nri", "--nri-socket", str(runtime.path))),
+        ):
+            times = []
+            for _ in range(runs):
+                t, d = _until_registered(env, *args)
+                times.append(t)
+                d.stop()
+            out[mode] = {"median_s": statistics.median(times), "max_s": max(times)}
+    return out
 
 
 def restart(records: int, runs: int) -> dict[str, Any]:

@@ -173,25 +173,7 @@ def run(settings: Settings) -> int:
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
-    preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)
-    metrics.set_injection(preparer.injection)
-    prepared = len(report.prepared_claims)
-    metrics.prepared_claims.set(prepared)
-    event(
-        logger,
-        logging.INFO if not (unusable or report.problems) else logging.WARNING,
-        "state loaded",
-        records=prepared,
-        unusable=len(unusable),
-        rolled_back=len(report.rolled_back_claims),
-        reprepared=len(report.reprepared_claims),
-        finished=len(report.finished_claims),
-        vanished=len(report.vanished),
-        restored_specs=len(report.restored_specs),
-        deleted_interfaces=len(report.deleted_interfaces),
-        removed_specs=len(report.removed_specs),
-        problems="; ".join(report.problems) or None,
-    )
+    log_state(report, unusable, metrics)
 
     publisher = Publisher(
         api,
@@ -217,15 +199,14 @@ def run(settings: Settings) -> int:
             if (record := records.load(uid)) is not None:
                 status.submit(record)
     publisher.start()
+    # The kubelet is served before the runtime has answered the NRI plugin (a socket
+    # round trip, seconds if the runtime is slow): prepares wait for the mode instead.
+    preparer.choosing_injection()
     server.start(settings.healthcheck_port)
-    event(
-        logger,
-        logging.INFO,
-        "ready",
-        node=settings.node_name,
-        driver=settings.driver_name,
-        startup_seconds=round(time.monotonic() - started, 3),
-    )
+    log_startup("serving the kubelet", settings, started)
+    preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)
+    metrics.set_injection(preparer.injection)
+    log_startup("ready", settings, started)
     keep_reporting(
         stop,
         settings,
@@ -241,6 +222,39 @@ def run(settings: Settings) -> int:
     status.stop()
     reporter.stop()
     return 0
+
+
+def log_state(report: reconcile.Report, unusable: Sequence[object], metrics: Metrics) -> None:
+    """Log what start-up reconciliation found and did; count the prepared claims."""
+    prepared = len(report.prepared_claims)
+    metrics.prepared_claims.set(prepared)
+    event(
+        logger,
+        logging.INFO if not (unusable or report.problems) else logging.WARNING,
+        "state loaded",
+        records=prepared,
+        unusable=len(unusable),
+        rolled_back=len(report.rolled_back_claims),
+        reprepared=len(report.reprepared_claims),
+        finished=len(report.finished_claims),
+        vanished=len(report.vanished),
+        restored_specs=len(report.restored_specs),
+        deleted_interfaces=len(report.deleted_interfaces),
+        removed_specs=len(report.removed_specs),
+        problems="; ".join(report.problems) or None,
+    )
+
+
+def log_startup(message: str, settings: Settings, started: float) -> None:
+    """Log a step of the start-up with the seconds since `started`."""
+    event(
+        logger,
+        logging.INFO,
+        message,
+        node=settings.node_name,
+        driver=settings.driver_name,
+        startup_seconds=round(time.monotonic() - started, 3),
+    )
 
 
 def choose_injection(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,9 @@ from dradriver.state.recordstore import RecordStore
 log = logging.getLogger(__name__)
 
 UNPREPARE_WORKERS = 8
+# Longest a prepare waits for the injection mode to be chosen: the daemon's choice takes
+# at most two NRI waits of 5 s (connect, then the runtime's answer).
+INJECTION_CHOICE_WAIT = 15.0
 
 
 class StatusSink(Protocol):
@@ -130,7 +134,9 @@ class Preparer:
         self.status = status
         self.metrics = metrics
         self.gate = gate or CallGate()
-        self.injection = injection
+        self._injection = injection
+        self._injection_chosen = threading.Event()
+        self._injection_chosen.set()
         self.failures = failures
         self.fetcher = ClaimFetcher(api)
         self.reaper = linkreaper.LinkReaper(
@@ -153,6 +159,22 @@ class Preparer:
 
     # -- prepare -----------------------------------------------------------------------
 
+    @property
+    def injection(self) -> str:
+        """The mode new claims are prepared in."""
+        return self._injection
+
+    @injection.setter
+    def injection(self, mode: str) -> None:
+        self._injection = mode
+        self._injection_chosen.set()
+
+    def choosing_injection(self) -> None:
+        """Make new prepares wait until `injection` is set (the driver serves the kubelet
+        before the runtime has answered its NRI plugin). They wait outside the lock: the
+        NRI plugin's registration may need it."""
+        self._injection_chosen.clear()
+
     def prepare(self, refs: Sequence[ClaimRef], budget: float | None = None) -> dict[str, Outcome]:
         """Prepare every claim of one kubelet call within `budget` seconds; one bad claim
         never fails the others.
@@ -168,6 +190,7 @@ class Preparer:
         fetched: dict[str, Fetched] = {}
         wanted = [ref for ref in refs if self._needs_claim(ref)]
         with gate.call():
+            self._injection_chosen.wait(min(INJECTION_CHOICE_WAIT, deadline.remaining()))
             for _ in range(2):
                 todo = [ref for ref in wanted if ref.uid not in fetched]
                 with phase("fetch"):
@@ -254,7 +277,9 @@ class Preparer:
             self.lifecycle.roll_back(record)
         with phase("plan"):
             resolved = resolution.resolve(claim(), ref, self.context.driver_name)
-            plans = [self._planner.plan(ref, device, self.injection) for device in resolved.devices]
+            plans = [
+                self._planner.plan(ref, device, self._injection) for device in resolved.devices
+            ]
             if not plans:
                 return []  # no device of ours in this claim: nothing to do, nothing to record
             refuse_sharing(resolved, plans)

@@ -102,7 +102,7 @@ def test_a_node_at_rest_costs_one_watch_and_heals_from_its_events(api, start_dri
     the driver's back is put right from the watch's event, not a timer (600 s)."""
     fake, _ = api
     d = start_driver("--publish-interval", "1")
-    [s] = wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
+    wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
     wait_for(
         "the watch",
         lambda: ("WATCH", "/apis/resource.k8s.io/v1/resourceslices") in fake.requests,
