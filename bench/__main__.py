@@ -242,7 +242,7 @@ def node_rows(r: dict[str, Any]) -> list[str]:
         "NodePrepareResources": veth and veth["prepare"],
         "NodeUnprepareResources": veth and veth["unprepare_ns_gone"],
     }
-    targets = {"NodePrepareResources": (7.0, 20.0), "NodeUnprepareResources": (10.0, None)}
+    targets = {"NodePrepareResources": (4.5, 10.0), "NodeUnprepareResources": (5.0, None)}
     for method, k in n["kubelet"].items():
         if not k.get("n"):
             continue

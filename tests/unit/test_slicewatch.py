@@ -1,0 +1,121 @@
+"""SliceWatch: the node's slices kept from one list and the watch's events."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+from dradriver.apiserver.kubeapi import ApiError
+from dradriver.apiserver.slicewatch import SliceWatch
+from tests.support.waiting import wait_for
+
+
+def _slice(name: str, rv: str, devices: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"devices": [{}] * devices}}
+
+
+class _Watch:
+    def __init__(self, events: queue.Queue[Any]) -> None:
+        self._events = events
+        self.closed = threading.Event()
+
+    def events(self) -> Any:
+        while not self.closed.is_set():
+            try:
+                ev = self._events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if ev is None:  # the server ends the watch
+                return
+            if isinstance(ev, Exception):
+                raise ev
+            yield ev
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class _Api:
+    def __init__(self) -> None:
+        self.items = [_slice("a", "5")]
+        self.lists: list[str] = []
+        self.watched: list[str] = []
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.refuse: ApiError | None = None
+
+    def list_slices_at(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists.append(node)
+        return list(self.items), "10"
+
+    def watch_slices(self, driver: str, node: str, version: str, seconds: int) -> _Watch:
+        if self.refuse is not None:
+            raise self.refuse
+        self.watched.append(version)
+        return _Watch(self.events)
+
+
+def _started(api: _Api) -> tuple[SliceWatch, list[int]]:
+    changes: list[int] = []
+    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=(0.01, 0.02))
+    w.start()
+    wait_for("the first watch", lambda: api.watched)
+    return w, changes
+
+
+def test_events_keep_the_copy_and_each_is_announced() -> None:
+    api = _Api()
+    w, changes = _started(api)
+    try:
+        assert w.snapshot() == {"a": _slice("a", "5")}
+        api.events.put({"type": "ADDED", "object": _slice("b", "11")})
+        api.events.put({"type": "MODIFIED", "object": _slice("a", "12", devices=2)})
+        api.events.put({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "13"}}})
+        api.events.put({"type": "DELETED", "object": _slice("b", "14")})
+        wait_for("the deletion", lambda: len(changes) == 4)
+        assert w.snapshot() == {"a": _slice("a", "12", devices=2)}
+        api.events.put(None)  # the server's end of the watch: opened again where it was
+        wait_for("the second watch", lambda: len(api.watched) == 2)
+        assert api.watched == ["10", "14"] and api.lists == ["node"]
+    finally:
+        w.stop()
+
+
+def test_a_version_too_old_lists_again() -> None:
+    api = _Api()
+    w, _ = _started(api)
+    try:
+        api.items = [_slice("c", "20")]
+        api.events.put({"type": "ERROR", "object": {"code": 410, "reason": "Expired"}})
+        wait_for("a second list", lambda: len(api.lists) == 2)
+        wait_for("the copy from it", lambda: w.snapshot() == {"c": _slice("c", "20")})
+    finally:
+        w.stop()
+
+
+def test_without_a_watch_there_is_no_copy_and_it_is_tried_again() -> None:
+    api = _Api()
+    api.refuse = ApiError(405, "MethodNotAllowed", "no watch")
+    changes: list[int] = []
+    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=(0.01, 0.02))
+    w.start()
+    try:
+        wait_for("lists again", lambda: len(api.lists) >= 3)
+        wait_for("no copy to trust", lambda: w.snapshot() is None)
+        api.refuse = None
+        wait_for("a watch once allowed", lambda: api.watched)
+        assert w.snapshot() == {"a": _slice("a", "5")}
+    finally:
+        w.stop()
+    assert not w._thread.is_alive()
+
+
+def test_stored_writes_are_in_the_copy_before_their_events() -> None:
+    api = _Api()
+    w, _ = _started(api)
+    try:
+        w.stored(_slice("a", "30"))
+        w.deleted("b")
+        assert w.snapshot() == {"a": _slice("a", "30")}
+    finally:
+        w.stop()
