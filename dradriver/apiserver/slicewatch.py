@@ -100,13 +100,17 @@ class SliceWatch:
                     version = self._watch(version)
                     failures = 0
             except _Expired:
-                event(log, logging.INFO, "slice watch expired: listing again")
+                # Listed again at once; a watch that expires again right after is not a
+                # reason to list in a tight loop: the pauses grow as after an error.
+                delay = self._pause(failures) if failures else 0.0
+                failures += 1
+                event(log, logging.INFO, "slice watch expired: listing again", after=delay)
+                self._stopping.wait(delay)
             except Exception as exc:  # API down, a bad answer: list again after a pause
                 if self._stopping.is_set():
                     return
                 self._lose_step()
-                first, longest = self._backoff
-                delay = min(longest, first * 2**failures) * random.uniform(0.5, 1.0)
+                delay = self._pause(failures)
                 failures += 1
                 event(
                     log,
@@ -116,6 +120,11 @@ class SliceWatch:
                     retry_in=round(delay, 1),
                 )
                 self._stopping.wait(delay)
+
+    def _pause(self, failures: int) -> float:
+        """The jittered back-off after `failures` failures in a row."""
+        first, longest = self._backoff
+        return float(min(longest, first * 2**failures) * random.uniform(0.5, 1.0))
 
     def _list(self) -> str:
         items, version = self._api.list_slices_at(self._driver, self._node)

@@ -139,8 +139,15 @@ def test_an_expired_watch_lists_again_and_keeps_healing(api, start_driver):
     watches = lambda: len([r for r in fake.requests if r[0] == "WATCH"])  # noqa: E731
     wait_for("the watch", watches, log=d.log)
     with fake.lock:
-        fake.oldest_watchable = fake._rv + 1000  # every version the driver has is too old
-        fake.slices.clear()  # the open watch still tells: the slice comes back
+        # The server forgets the version the driver's watch goes on from, and ends the
+        # watch: the next one is refused (410), the driver lists again and watches on.
+        fake.next_rv()
+        fake.oldest_watchable = fake._rv
+        fake.end_watches()
+    wait_for("the relist", lambda: "slice watch expired" in d.log(), timeout=5, log=d.log)
+    wait_for("a watch from the new list", lambda: watches() >= 3, timeout=5, log=d.log)
+    with fake.lock:
+        fake.slices.clear()
     wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
 
 

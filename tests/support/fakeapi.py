@@ -58,6 +58,7 @@ class FakeApi:
         self.fail_status_writes = False
         self.refuse_watches = False  # answer watches 405, as a server without them would
         self.oldest_watchable = 0  # watches from an older resourceVersion get 410 Gone
+        self.watch_era = 0  # end_watches() ends the watches opened before it
         self.events: list[tuple[int, dict[str, Any]]] = []  # (resourceVersion, slice event)
         self._shadow: dict[str, dict[str, Any]] = {}  # the slices as the events last saw them
         self._rv = 0
@@ -167,6 +168,11 @@ class FakeApi:
                 gone["metadata"]["resourceVersion"] = self.next_rv()
                 self.events.append((self._rv, _event("DELETED", gone)))
             self._shadow = dict(self.slices)
+
+    def end_watches(self) -> None:
+        """End every open watch, as the server does when its timeout comes."""
+        with self.lock:
+            self.watch_era += 1
 
     def watch_from(self, version: int, selector: dict[str, str]) -> tuple[int, list[Any]]:
         """The events after `version` of slices matching `selector`, and the last version."""
@@ -354,8 +360,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["60"])[0])
         selector = _selector(query)
+        era = self.fake.watch_era
         try:
-            while time.monotonic() < deadline and self.fake.server is not None:
+            while (
+                time.monotonic() < deadline
+                and self.fake.server is not None
+                and self.fake.watch_era == era
+            ):
                 version, found = self.fake.watch_from(version, selector)
                 for ev in found:
                     data = json.dumps(ev).encode() + b"\n"
