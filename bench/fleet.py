@@ -142,13 +142,16 @@ def _churn(
     def loop(i: int) -> None:
         d, claim = drivers[i], claims[i]
         uid = claim["metadata"]["uid"]
-        while not stop.is_set():
-            for call in (d.prepare, d.unprepare):
-                entry = call([claim]).claims[uid]
-                if entry.error:
-                    errors.append(entry.error)
-                    return
-            cycles[i] += 1
+        try:
+            while not stop.is_set():
+                for call in (d.prepare, d.unprepare):
+                    entry = call([claim]).claims[uid]
+                    if entry.error:
+                        errors.append(entry.error)
+                        return
+                cycles[i] += 1
+        except Exception as exc:  # counted and shown, never a silently shorter run
+            errors.append(f"{d.node}: {exc}")
 
     threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(len(drivers))]
 
@@ -212,8 +215,9 @@ def rows(r: dict[str, Any] | None) -> list[str]:
         f"no periodic requests: {'met' if idle['total'] == 0 else 'MISSED'} |",
         f"| fleet of {n} churning: cycles/s, requests per claim lifecycle, kube-apiserver "
         f"CPU | {churn['cycles_per_second']}, {churn['requests_per_cycle']}, "
-        f"{churn['apiserver_cpu_percent']}% | | | <= 2: "
-        f"{'met' if churn['requests_per_cycle'] <= 2 else 'MISSED'} |",
+        f"{churn['apiserver_cpu_percent']}%"
+        + (f", ERRORS: {'; '.join(churn['errors'])}" if churn["errors"] else "")
+        + f" | | | <= 2: {'met' if churn['requests_per_cycle'] <= 2 else 'MISSED'} |",
         f"| fleet of {n}: every slice deleted at once, all back (s) | "
         f"{r['heal']['all_back_s']} | | | |",
     ]

@@ -62,9 +62,9 @@ class AuditLog:
             return []
         with self._path.open("rb") as f:
             f.seek(self._offset)
-            lines = f.read().splitlines()
+            data = f.read()
         out = []
-        for line in lines:
+        for line in data[: data.rfind(b"\n") + 1].splitlines():  # not a line being written
             entry = json.loads(line)
             started = entry.get("stage") == "ResponseStarted"
             if started == (entry.get("verb") == "watch"):

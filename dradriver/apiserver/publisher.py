@@ -47,6 +47,8 @@ class Publisher:
         self._taint_effect = taint_effect
         self._node_uid: str | None = None
         self._listed = 0.0  # time.monotonic() of the last list of the slices
+        # Per slice: what was last sent, and the resourceVersion the API server gave it.
+        self._wrote: dict[str, tuple[Any, Any]] = {}
         self._last_desired: list[Any] | None = None
         self._wake = threading.Event()
         self._force = True
@@ -72,7 +74,8 @@ class Publisher:
 
     def trigger(self, force: bool = True) -> None:
         """Publish soon; `force` compares with the API even if nothing changed locally."""
-        self._force = self._force or force
+        if force:  # never cleared here: a concurrent forced trigger is not lost
+            self._force = True
         self._wake.set()
 
     def _loop(self) -> None:
@@ -121,13 +124,10 @@ class Publisher:
             # garbage collector deletes the slices of the old one, which brings us here).
             self._node_uid = None
             desired = self._desired(devices)
-            if self._matches(desired, existing):
-                self._last_desired = contents
-                return False
         try:
             generation = self._write(desired, existing)
         except ApiError as exc:
-            if exc.status == 409 and cached is not None:  # the copy was behind: list
+            if exc.status in (404, 409) and cached is not None:  # the copy was behind: list
                 return self.publish(force=True)
             raise
         if generation is None:
@@ -155,16 +155,24 @@ class Publisher:
             taint_effect=self._taint_effect,
         )
 
-    @staticmethod
-    def _matches(desired: list[dict[str, Any]], existing: dict[str, dict[str, Any]]) -> bool:
-        """Whether the stored slices are the desired ones, no more."""
-        current = [
-            _owned_content(existing[s["metadata"]["name"]])
-            if s["metadata"]["name"] in existing
-            else None
-            for s in desired
-        ]
-        return current == [_owned_content(s) for s in desired] and len(existing) == len(desired)
+    def _matches(self, desired: list[dict[str, Any]], existing: dict[str, dict[str, Any]]) -> bool:
+        """Whether the stored slices are the desired ones, no more. A slice the API server
+        stored in its own form (a quantity of 1000 as `1k`) matches what was sent for it
+        as long as it is the version that write returned."""
+        if len(existing) != len(desired):
+            return False
+        for s in desired:
+            name = s["metadata"]["name"]
+            stored = existing.get(name)
+            if stored is None:
+                return False
+            want = _owned_content(s)
+            if _owned_content(stored) != want and self._wrote.get(name) != (
+                want,
+                stored["metadata"].get("resourceVersion"),
+            ):
+                return False
+        return True
 
     def _write(
         self, desired: list[dict[str, Any]], existing: dict[str, dict[str, Any]]
@@ -176,6 +184,7 @@ class Publisher:
             (s["spec"]["pool"].get("generation", 0) for s in existing.values()), default=0
         )
         for body in desired:
+            sent = _owned_content(body)
             body["spec"]["pool"]["generation"] = generation
             name = body["metadata"]["name"]
             if name in existing:
@@ -183,6 +192,7 @@ class Publisher:
                 stored = self._api.update_slice(body)
             else:
                 stored = self._api.create_slice(body)
+            self._wrote[name] = (sent, stored["metadata"].get("resourceVersion"))
             self._watch.stored(stored)
             if self._check_dropped(body, stored):
                 return None

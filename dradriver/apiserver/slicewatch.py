@@ -10,10 +10,10 @@ lists again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 # so the watches of many nodes do not all open again at once.
 WATCH_SECONDS = (300, 600)
 BACKOFF = (1.0, 30.0)  # first and longest pause before listing again after an error
+SHORT_WATCH = 1.0  # seconds: a watch that ends sooner with no event counts as a failure
 
 
 class SliceApi(Protocol):
@@ -82,9 +83,12 @@ class SliceWatch:
             return dict(self._slices) if self._synced else None
 
     def stored(self, obj: dict[str, Any]) -> None:
-        """Remember what a write of ours returned (its event may come a moment later)."""
+        """Remember what a write of ours returned (its event may come a moment later),
+        unless the watch already told of a later version."""
         with self._lock:
-            self._slices[obj["metadata"]["name"]] = obj
+            name = obj["metadata"]["name"]
+            if not _older(obj, self._slices.get(name)):
+                self._slices[name] = obj
 
     def deleted(self, name: str) -> None:
         """Forget a slice we deleted."""
@@ -102,7 +106,10 @@ class SliceWatch:
             except _Expired:
                 # Listed again at once; a watch that expires again right after is not a
                 # reason to list in a tight loop: the pauses grow as after an error.
-                delay = self._pause(failures) if failures else 0.0
+                delay = 0.0
+                if failures:
+                    self._lose_step()
+                    delay = self._pause(failures)
                 failures += 1
                 event(log, logging.INFO, "slice watch expired: listing again", after=delay)
                 self._stopping.wait(delay)
@@ -147,14 +154,18 @@ class SliceWatch:
             self._open = opened
         if self._stopping.is_set():  # stop() came before the watch was kept: end it here
             opened.close()
+        began, heard = time.monotonic(), False
         try:
             for ev in opened.events():
+                heard = True
                 version = self._apply(ev) or version
         finally:
             with self._lock:
                 self._open = None
-            with contextlib.suppress(Exception):
-                opened.close()
+            opened.release()
+        if not heard and time.monotonic() - began < SHORT_WATCH:
+            # A server that ends every watch at once must not be asked in a tight loop.
+            raise ApiError(0, "ShortWatch", "the API server ended the watch at once")
         return version
 
     def _apply(self, ev: dict[str, Any]) -> str | None:
@@ -176,7 +187,7 @@ class SliceWatch:
         with self._lock:
             if kind == "DELETED":
                 self._slices.pop(name, None)
-            else:
+            elif not _older(obj, self._slices.get(name)):  # not the event of a write we hold
                 self._slices[name] = obj
         self._on_change()
         return str(version) if version else None
@@ -186,6 +197,16 @@ class SliceWatch:
             was, self._synced = self._synced, False
         if was:
             self._on_change()
+
+
+def _older(obj: dict[str, Any], than: dict[str, Any] | None) -> bool:
+    """Whether `obj` is an older version of `than`. resourceVersions are opaque, but
+    those of one object's writes grow; ones that are not integers are not compared."""
+    if than is None:
+        return False
+    mine = str(obj["metadata"].get("resourceVersion", ""))
+    theirs = str(than["metadata"].get("resourceVersion", ""))
+    return mine.isdigit() and theirs.isdigit() and int(mine) < int(theirs)
 
 
 class _Expired(Exception):

@@ -138,3 +138,31 @@ class CallGate:
             self.abandon.set_result(None)
         with self._idle:
             return self._idle.wait_for(lambda: self._calls == 0, timeout)
+
+
+class Chosen:
+    """A setting chosen once after the kubelet is served (the injection mode): calls
+    wait for it within their budget, and not past shutdown."""
+
+    def __init__(self, value: str) -> None:
+        """Chosen already as `value` until `pending`."""
+        self.value = value
+        self._chosen = threading.Event()
+        self._chosen.set()
+
+    def pending(self) -> None:
+        """Calls wait from now until `choose`."""
+        self._chosen.clear()
+
+    def choose(self, value: str) -> None:
+        """Set the value and let the waiting calls go on."""
+        self.value = value
+        self._chosen.set()
+
+    def wait(self, deadline: Deadline, abandon: Future[None], limit: float) -> bool:
+        """Whether it is chosen within `limit` seconds and the budget, before shutdown."""
+        give_up = time.monotonic() + min(limit, deadline.remaining())
+        while not self._chosen.wait(0.05):
+            if abandon.done() or time.monotonic() >= give_up:
+                return False
+        return True

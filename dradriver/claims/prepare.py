@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,13 @@ from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.base.timing import phase
 from dradriver.claims import resolution
-from dradriver.claims.budget import DEFAULT_CALL_BUDGET, CallGate, Deadline
+from dradriver.claims.budget import (
+    DEFAULT_CALL_BUDGET,
+    SHUTTING_DOWN,
+    CallGate,
+    Chosen,
+    Deadline,
+)
 from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Fetched
 from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.claims.plan import Planner, refuse_oversized, refuse_sharing, reserve_names
@@ -55,6 +60,10 @@ UNPREPARE_WORKERS = 8
 # Longest a prepare waits for the injection mode to be chosen: the daemon's choice takes
 # at most two NRI waits of 5 s (connect, then the runtime's answer).
 INJECTION_CHOICE_WAIT = 15.0
+_STARTING = (
+    "the driver is still starting (waiting for the container runtime to answer its NRI "
+    "plugin); the kubelet retries"
+)
 
 
 class StatusSink(Protocol):
@@ -134,9 +143,7 @@ class Preparer:
         self.status = status
         self.metrics = metrics
         self.gate = gate or CallGate()
-        self._injection = injection
-        self._injection_chosen = threading.Event()
-        self._injection_chosen.set()
+        self._injection = Chosen(injection)
         self.failures = failures
         self.fetcher = ClaimFetcher(api)
         self.reaper = linkreaper.LinkReaper(
@@ -162,18 +169,17 @@ class Preparer:
     @property
     def injection(self) -> str:
         """The mode new claims are prepared in."""
-        return self._injection
+        return self._injection.value
 
     @injection.setter
     def injection(self, mode: str) -> None:
-        self._injection = mode
-        self._injection_chosen.set()
+        self._injection.choose(mode)
 
     def choosing_injection(self) -> None:
         """Make new prepares wait until `injection` is set (the driver serves the kubelet
         before the runtime has answered its NRI plugin). They wait outside the lock: the
         NRI plugin's registration may need it."""
-        self._injection_chosen.clear()
+        self._injection.pending()
 
     def prepare(self, refs: Sequence[ClaimRef], budget: float | None = None) -> dict[str, Outcome]:
         """Prepare every claim of one kubelet call within `budget` seconds; one bad claim
@@ -190,8 +196,10 @@ class Preparer:
         fetched: dict[str, Fetched] = {}
         wanted = [ref for ref in refs if self._needs_claim(ref)]
         with gate.call():
-            self._injection_chosen.wait(min(INJECTION_CHOICE_WAIT, deadline.remaining()))
-            for _ in range(2):
+            refusal = None
+            if not self._injection.wait(deadline, gate.abandon, INJECTION_CHOICE_WAIT):
+                refusal = SHUTTING_DOWN if gate.abandon.done() else _STARTING
+            for _ in range(2 if refusal is None else 0):
                 todo = [ref for ref in wanted if ref.uid not in fetched]
                 with phase("fetch"):
                     fetched |= self.fetcher.fetch(todo, deadline, gate.abandon)
@@ -278,7 +286,8 @@ class Preparer:
         with phase("plan"):
             resolved = resolution.resolve(claim(), ref, self.context.driver_name)
             plans = [
-                self._planner.plan(ref, device, self._injection) for device in resolved.devices
+                self._planner.plan(ref, device, self._injection.value)
+                for device in resolved.devices
             ]
             if not plans:
                 return []  # no device of ours in this claim: nothing to do, nothing to record

@@ -28,8 +28,11 @@ def test_a_node_at_rest_costs_its_watch_only_and_heals_from_it(
     Node GET (its UID, for the owner) and one create."""
     audit = cluster.cp.audit
     audit.mark()
-    d = node.start_driver("--publish-interval", "1")
+    # 1000 slots: the API server stores the quantity as "1k", which must not make the
+    # driver write the slice again on each of its own watch events.
+    d = node.start_driver("--publish-interval", "1", "--virtual-slots", "1000")
     [first] = wait_for("the driver's slice", cluster.slices)
+    assert first["spec"]["devices"][0]["capacity"]["slots"]["value"] == "1k"
     wait_for("the driver's watch", lambda: audit.counts(USER)["watch resourceslices"], 10)
     # Start-up: the slices listed (publisher, watch), the Node read, the slice created,
     # and once, DEVICE_CLASS_DELAY after the start, the DeviceClasses checked.

@@ -286,6 +286,9 @@ class FakeApi:
         obj = copy.deepcopy(body)
         obj["metadata"]["resourceVersion"] = self.next_rv()
         obj["metadata"]["uid"] = uid or str(uuid.uuid4())
+        for device in obj["spec"].get("devices") or []:
+            for cap in (device.get("capacity") or {}).values():  # as Quantity stores it
+                cap["value"] = _canonical(str(cap.get("value", "")))
         if self.drop_consumable_capacity:
             for device in obj["spec"].get("devices") or []:
                 device.pop("allowMultipleAllocations", None)
@@ -293,6 +296,18 @@ class FakeApi:
                     cap.pop("requestPolicy", None)
         self.slices[obj["metadata"]["name"]] = obj
         return obj
+
+
+def _canonical(value: str) -> str:
+    """A plain integer quantity as the API server stores it (1000 -> 1k)."""
+    if not value.isdigit() or int(value) == 0:
+        return value
+    n, suffix = int(value), ""
+    for unit in ("k", "M", "G"):
+        if n % 1000:
+            break
+        n, suffix = n // 1000, unit
+    return f"{n}{suffix}"
 
 
 def _selector(query: dict[str, list[str]]) -> dict[str, str]:
@@ -361,6 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["60"])[0])
         selector = _selector(query)
         era = self.fake.watch_era
+        bookmark = time.monotonic() + 1.0
         try:
             while (
                 time.monotonic() < deadline
@@ -368,6 +384,11 @@ class _Handler(BaseHTTPRequestHandler):
                 and self.fake.watch_era == era
             ):
                 version, found = self.fake.watch_from(version, selector)
+                if query.get("allowWatchBookmarks") == ["true"] and time.monotonic() > bookmark:
+                    found.append(
+                        _event("BOOKMARK", {"metadata": {"resourceVersion": str(version)}})
+                    )
+                    bookmark = time.monotonic() + 1.0
                 for ev in found:
                     data = json.dumps(ev).encode() + b"\n"
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

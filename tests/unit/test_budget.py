@@ -11,7 +11,7 @@ import pytest
 
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.base.errors import ClaimError
-from dradriver.claims.budget import SHUTTING_DOWN, CallGate, Deadline, call_budget
+from dradriver.claims.budget import SHUTTING_DOWN, CallGate, Chosen, Deadline, call_budget
 from dradriver.claims.fetch import ClaimFetcher
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.kubelet.sockets import SerializeLock
@@ -186,3 +186,19 @@ def test_the_budget_cap_is_a_flag_and_an_environment_variable(monkeypatch):
     assert parse(["--call-budget", "12.5"]).call_budget == 12.5
     with pytest.raises(SystemExit, match=r"--call-budget must be 0\.1 to 300 seconds, got 0"):
         parse(["--call-budget", "0"])
+
+
+def test_a_setting_chosen_after_start_is_waited_for_within_limits() -> None:
+
+    chosen = Chosen("cdi")
+    assert chosen.wait(Deadline.after(0), Future(), 0) and chosen.value == "cdi"
+    chosen.pending()
+    assert not chosen.wait(Deadline.after(10), Future(), 0.1)  # the limit
+    assert not chosen.wait(Deadline.after(0.1), Future(), 10)  # the budget
+    stopping: Future[None] = Future()
+    stopping.set_result(None)
+    started = time.monotonic()
+    assert not chosen.wait(Deadline.after(10), stopping, 10)  # shutdown
+    assert time.monotonic() - started < 1
+    threading.Timer(0.1, chosen.choose, ("nri",)).start()
+    assert chosen.wait(Deadline.after(10), Future(), 10) and chosen.value == "nri"

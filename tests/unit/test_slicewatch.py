@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any
 
 from dradriver.apiserver.kubeapi import ApiError
@@ -33,6 +34,9 @@ class _Watch:
             yield ev
 
     def close(self) -> None:
+        self.closed.set()
+
+    def release(self) -> None:
         self.closed.set()
 
 
@@ -114,8 +118,52 @@ def test_stored_writes_are_in_the_copy_before_their_events() -> None:
     api = _Api()
     w, _ = _started(api)
     try:
+        api.events.put({"type": "ADDED", "object": _slice("b", "11")})
+        wait_for("b", lambda: "b" in (w.snapshot() or {}))
         w.stored(_slice("a", "30"))
         w.deleted("b")
         assert w.snapshot() == {"a": _slice("a", "30")}
+        # The event of that write, or of an earlier one, comes later: the copy keeps 30.
+        api.events.put({"type": "MODIFIED", "object": _slice("a", "29")})
+        api.events.put({"type": "MODIFIED", "object": _slice("a", "30")})
+        api.events.put({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "31"}}})
+        api.events.put(None)
+        wait_for("the next watch", lambda: len(api.watched) == 2)
+        assert w.snapshot() == {"a": _slice("a", "30")}
+        # A write whose answer comes after the watch told of a later version is not kept.
+        api.events.put({"type": "MODIFIED", "object": _slice("a", "33")})
+        wait_for("33", lambda: (w.snapshot() or {})["a"]["metadata"]["resourceVersion"] == "33")
+        w.stored(_slice("a", "32"))
+        assert (w.snapshot() or {})["a"]["metadata"]["resourceVersion"] == "33"
+    finally:
+        w.stop()
+
+
+def test_a_refused_watch_and_an_error_event_list_again_after_a_pause() -> None:
+    api = _Api()
+    w, _ = _started(api)
+    try:
+        api.refuse = ApiError(410, "Gone", "too old")  # as an HTTP status on opening
+        api.events.put(None)
+        wait_for("a second list", lambda: len(api.lists) == 2)
+        api.refuse = None
+        wait_for("a watch again", lambda: len(api.watched) == 2)
+        api.events.put({"type": "ERROR", "object": {"code": 500, "reason": "InternalError"}})
+        wait_for("a third list", lambda: len(api.lists) == 3)
+        wait_for("a third watch", lambda: len(api.watched) == 3)
+    finally:
+        w.stop()
+
+
+def test_watches_that_end_at_once_are_not_opened_in_a_tight_loop() -> None:
+    api = _Api()
+    for _ in range(100):
+        api.events.put(None)  # every watch ends at once, without an event
+    changes: list[int] = []
+    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=(0.2, 0.4))
+    w.start()
+    try:
+        time.sleep(1.0)
+        assert 2 <= len(api.watched) <= 6, api.watched
     finally:
         w.stop()
