@@ -12,8 +12,8 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -25,6 +25,7 @@ from dradriver.contract import naming
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE_API}/resourceslices"
 _TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
@@ -104,9 +105,19 @@ class KubeApi:
         A 401 is retried once with fresh credentials (a rotated token or certificate).
         `timeout` (seconds) bounds the whole request instead of the default timeouts.
         """
+        limit = _TIMEOUT
+        if timeout is not None:
+            limit = urllib3.Timeout(total=timeout, connect=min(timeout, 5.0))
+        return self._fresh_on_401(
+            lambda: _decode(self._send(method, path, body, query, content_type, limit), path)
+        )
+
+    def _fresh_on_401(self, call: Callable[[], _T]) -> _T:
+        """`call()`, once more with fresh credentials after a 401 (a rotated token or
+        certificate)."""
         for attempt in (0, 1):
             try:
-                return self._request(method, path, body, query, content_type, timeout)
+                return call()
             except ApiError as exc:
                 if exc.status != 401 or attempt:
                     raise
@@ -148,21 +159,6 @@ class KubeApi:
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body: Any,
-        query: Mapping[str, str] | None,
-        content_type: str,
-        timeout: float | None,
-    ) -> Any:
-        limit = _TIMEOUT
-        if timeout is not None:
-            limit = urllib3.Timeout(total=timeout, connect=min(timeout, 5.0))
-        resp = self._send(method, path, body, query, content_type, limit)
-        return _decode(resp, path)
-
     def watch(self, path: str, query: Mapping[str, str], seconds: int) -> Watch:
         """Open a watch of the collection at `path` from `query`'s resourceVersion, with
         bookmarks; the server ends it after `seconds`. Raises ApiError if refused."""
@@ -174,17 +170,14 @@ class KubeApi:
         }
         # A watch that hears nothing for longer than the server's own end is a dead one.
         limit = urllib3.Timeout(connect=5.0, read=seconds + _WATCH_SLACK)
-        for attempt in (0, 1):
+
+        def open_watch() -> Watch:
             resp = self._send("GET", path, None, full, "", limit, stream=True)
-            if resp.status < 400:
-                return Watch(resp, path)
-            try:
-                _decode(resp, path)
-            except ApiError as exc:
-                if exc.status != 401 or attempt:
-                    raise
-                self._config.credentials.invalidate()
-        raise AssertionError("unreachable")
+            if resp.status >= 400:
+                _decode(resp, path)  # raises the server's error
+            return Watch(resp, path)
+
+        return self._fresh_on_401(open_watch)
 
     def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
         """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given."""
