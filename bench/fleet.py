@@ -23,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.env import rss_kb
+from localcluster.audit import DRIVER_USER as USER
 from localcluster.binaries import default_bin_dir, missing_binaries
 from localcluster.controlplane import ControlPlane
-from localcluster.manifests import DRIVER_NAMESPACE, DRIVER_SA
 from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import forwarded, node_machine
 from tests.e2e.test_3_capacity import claim_pod, veth_template
 from tests.support.driverproc import DriverProcess
 from tests.support.waiting import wait_for
 
-USER = f"system:serviceaccount:{DRIVER_NAMESPACE}:{DRIVER_SA}"
 NAMESPACE = "fleet"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -94,7 +94,7 @@ def fleet(nodes: int, idle_seconds: float, churn_seconds: float) -> dict[str, An
         out["churn"] = _churn(cluster, drivers, names, cp, apiserver.pid, churn_seconds)
         out["heal"] = _heal(cp, published)
         out["driver_rss_mb"] = round(
-            statistics.median(_rss_kb(d) for d in drivers if d.proc is not None) / 1024, 1
+            statistics.median(rss_kb(d.proc.pid) for d in drivers if d.proc is not None) / 1024, 1
         )
     return out
 
@@ -190,14 +190,6 @@ def _heal(cp: ControlPlane, published: Any) -> dict[str, Any]:
         "all_back_s": round(seconds, 2),
         "requests": dict(sorted(cp.audit.counts(USER).items())),
     }
-
-
-def _rss_kb(d: DriverProcess) -> int:
-    assert d.proc is not None
-    for line in Path(f"/proc/{d.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def rows(r: dict[str, Any] | None) -> list[str]:

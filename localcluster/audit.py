@@ -13,7 +13,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from localcluster.manifests import DRIVER_NAMESPACE
+from localcluster.manifests import DRIVER_NAMESPACE, DRIVER_SA
+
+DRIVER_USER = f"system:serviceaccount:{DRIVER_NAMESPACE}:{DRIVER_SA}"  # the driver's token
 
 POLICY = {
     "apiVersion": "audit.k8s.io/v1",

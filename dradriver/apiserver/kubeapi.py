@@ -202,10 +202,6 @@ class KubeApi:
         result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{segment(name)}")
         return result
 
-    def list_slices(self, driver: str, node_name: str) -> list[dict[str, Any]]:
-        """The ResourceSlices of `driver` for `node_name`."""
-        return self.list_slices_at(driver, node_name)[0]
-
     def list_slices_at(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
         """The ResourceSlices of `driver` for `node_name`, and the list's resourceVersion."""
         result = self.request("GET", SLICES, None, slice_selector(driver, node_name))

@@ -93,7 +93,7 @@ class Publisher:
             if self._wake.wait(delay):
                 time.sleep(_DEBOUNCE_SECONDS)  # coalesce bursts of link and watch events
                 self._wake.clear()
-            if self._watch.snapshot() is None and time.monotonic() - self._listed >= self._interval:
+            if not self._watch.in_step() and time.monotonic() - self._listed >= self._interval:
                 self._force = True  # no watch: heal slices the kubelet or a user removed
 
     def publish(self, force: bool = True) -> bool:
@@ -114,7 +114,8 @@ class Publisher:
         if existing is None:
             self._listed = time.monotonic()
             existing = {
-                s["metadata"]["name"]: s for s in self._api.list_slices(self._driver, self._node)
+                s["metadata"]["name"]: s
+                for s in self._api.list_slices_at(self._driver, self._node)[0]
             }
         if self._matches(desired, existing):
             self._last_desired = contents

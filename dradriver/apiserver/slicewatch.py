@@ -82,6 +82,11 @@ class SliceWatch:
         with self._lock:
             return dict(self._slices) if self._synced else None
 
+    def in_step(self) -> bool:
+        """Whether the copy follows the API server (`snapshot` is not None)."""
+        with self._lock:
+            return self._synced
+
     def stored(self, obj: dict[str, Any]) -> None:
         """Remember what a write of ours returned (its event may come a moment later),
         unless the watch already told of a later version."""

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from localcluster.manifests import DRIVER_NAMESPACE, DRIVER_SA
+from localcluster.audit import DRIVER_USER as USER
 from tests.support.waiting import wait_for
 
 from .cluster import Cluster
@@ -16,8 +16,6 @@ from .kubelet import check_answer
 from .test_3_capacity import claim_pod, veth_template
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
-
-USER = f"system:serviceaccount:{DRIVER_NAMESPACE}:{DRIVER_SA}"
 
 
 def test_a_node_at_rest_costs_its_watch_only_and_heals_from_it(

@@ -59,11 +59,14 @@ class _Api:
         return _Watch(self.events)
 
 
-def _started(api: _Api) -> tuple[SliceWatch, list[int]]:
+def _started(
+    api: _Api, backoff: tuple[float, float] = (0.01, 0.02), watching: bool = True
+) -> tuple[SliceWatch, list[int]]:
     changes: list[int] = []
-    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=(0.01, 0.02))
+    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=backoff)
     w.start()
-    wait_for("the first watch", lambda: api.watched)
+    if watching:
+        wait_for("the first watch", lambda: api.watched)
     return w, changes
 
 
@@ -100,9 +103,7 @@ def test_a_version_too_old_lists_again() -> None:
 def test_without_a_watch_there_is_no_copy_and_it_is_tried_again() -> None:
     api = _Api()
     api.refuse = ApiError(405, "MethodNotAllowed", "no watch")
-    changes: list[int] = []
-    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=(0.01, 0.02))
-    w.start()
+    w, _ = _started(api, watching=False)
     try:
         wait_for("lists again", lambda: len(api.lists) >= 3)
         wait_for("no copy to trust", lambda: w.snapshot() is None)
@@ -159,9 +160,7 @@ def test_watches_that_end_at_once_are_not_opened_in_a_tight_loop() -> None:
     api = _Api()
     for _ in range(100):
         api.events.put(None)  # every watch ends at once, without an event
-    changes: list[int] = []
-    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=(0.2, 0.4))
-    w.start()
+    w, _ = _started(api, backoff=(0.2, 0.4), watching=False)
     try:
         time.sleep(1.0)
         assert 2 <= len(api.watched) <= 6, api.watched
