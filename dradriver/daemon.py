@@ -25,6 +25,7 @@ from dradriver.base.metrics import Metrics
 from dradriver.claims import reconcile
 from dradriver.claims.budget import CallGate
 from dradriver.claims.failures import FailureEvents
+from dradriver.claims.prefetch import ClaimPrefetch
 from dradriver.claims.prepare import Preparer
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
@@ -137,9 +138,7 @@ def run(settings: Settings) -> int:
     check_allow_lists(settings, reporter)
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
-    metrics = Metrics()
-    if settings.metrics_addr:
-        metrics.serve(settings.metrics_addr)
+    metrics = serve_metrics(settings.metrics_addr)
     inventory = Inventory(registry, context, records.held_devices)
     status = StatusWriter(
         api,
@@ -149,6 +148,7 @@ def run(settings: Settings) -> int:
         still_prepared=lambda uid: os.path.exists(records.path(uid)),  # noqa: PTH110
     )
     gate = CallGate(lock)
+    prefetch = ClaimPrefetch(api, settings.node_name, enabled=settings.claim_prefetch)
     preparer = Preparer(
         context=context,
         cdi_dir=settings.cdi_dir,
@@ -163,6 +163,7 @@ def run(settings: Settings) -> int:
         link_deletion_delay=settings.link_deletion_delay,
         failures=FailureEvents(recorder),
         metadata_root=settings.plugin_dir,
+        early=prefetch.take,
     )
 
     with lock:  # another instance (rolling update) may be preparing right now
@@ -194,11 +195,9 @@ def run(settings: Settings) -> int:
         budget_cap=settings.call_budget,
     )
     status.start()
-    for uid in report.reprepared_claims:  # their interfaces (and MACs) are new
-        with contextlib.suppress(DriverError, OSError):
-            if (record := records.load(uid)) is not None:
-                status.submit(record)
+    resubmit_status(status, records, report.reprepared_claims)
     publisher.start()
+    prefetch.start()
     # The kubelet is served before the runtime has answered the NRI plugin (a socket
     # round trip, seconds if the runtime is slow): prepares wait for the mode instead.
     preparer.choosing_injection()
@@ -219,9 +218,26 @@ def run(settings: Settings) -> int:
     plugin.stop()  # first: the runtime stops calling this instance (the new one, if any, stays)
     shutdown(server, gate, lock, settings.call_budget + DRAIN_SLACK_SECONDS, preparer.reaper)
     publisher.stop()
+    prefetch.stop()
     status.stop()
     reporter.stop()
     return 0
+
+
+def serve_metrics(addr: str | None) -> Metrics:
+    """The driver's metrics, served on `addr` when it is set."""
+    metrics = Metrics()
+    if addr:
+        metrics.serve(addr)
+    return metrics
+
+
+def resubmit_status(status: StatusWriter, records: RecordStore, uids: Sequence[str]) -> None:
+    """Queue the status of claims prepared again at start-up (their interfaces, MACs, are new)."""
+    for uid in uids:
+        with contextlib.suppress(DriverError, OSError):
+            if (record := records.load(uid)) is not None:
+                status.submit(record)
 
 
 def log_state(report: reconcile.Report, unusable: Sequence[object], metrics: Metrics) -> None:

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE_API}/resourceslices"
+PODS = "/api/v1/pods"
 _TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
 # Claim fetches of a batch run side by side (prepare.py), beside the publisher and the
 # status writer: enough connections that none is opened and thrown away per request.
@@ -179,9 +180,14 @@ class KubeApi:
 
         return self._fresh_on_401(open_watch)
 
-    def get_claim(self, namespace: str, name: str, timeout: float | None = None) -> dict[str, Any]:
-        """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given."""
-        result: dict[str, Any] = self.request("GET", _claim_path(namespace, name), timeout=timeout)
+    def get_claim(
+        self, namespace: str, name: str, timeout: float | None = None, version: str | None = None
+    ) -> dict[str, Any]:
+        """GET a ResourceClaim (resource.k8s.io/v1), within `timeout` seconds if given; with
+        `version`, as the API server's cache has it at that resourceVersion or later."""
+        query = {"resourceVersion": version} if version else None
+        path = _claim_path(namespace, name)
+        result: dict[str, Any] = self.request("GET", path, None, query, timeout=timeout)
         return result
 
     def apply_claim_status(
@@ -211,6 +217,15 @@ class KubeApi:
         """Watch the ResourceSlices of `driver` for `node_name` from `version`."""
         query = {**slice_selector(driver, node_name), "resourceVersion": version}
         return self.watch(SLICES, query, seconds)
+
+    def list_pods_at(self, node_name: str) -> tuple[list[dict[str, Any]], str]:
+        """The Pods bound to `node_name`, and the list's resourceVersion."""
+        result = self.request("GET", PODS, None, pod_selector(node_name))
+        return list(result.get("items") or []), str(result["metadata"]["resourceVersion"])
+
+    def watch_pods(self, node_name: str, version: str, seconds: int) -> Watch:
+        """Watch the Pods bound to `node_name` from `version`."""
+        return self.watch(PODS, {**pod_selector(node_name), "resourceVersion": version}, seconds)
 
     def list_device_classes(self) -> list[dict[str, Any]]:
         """Every DeviceClass of the cluster."""
@@ -280,6 +295,11 @@ class Watch:
 def slice_selector(driver: str, node_name: str) -> dict[str, str]:
     """The query selecting the ResourceSlices of `driver` for `node_name`."""
     return {"fieldSelector": f"spec.driver={driver},spec.nodeName={node_name}"}
+
+
+def pod_selector(node_name: str) -> dict[str, str]:
+    """The query selecting the Pods bound to a node (indexed in the API server's cache)."""
+    return {"fieldSelector": f"spec.nodeName={node_name}"}
 
 
 def _decode(resp: urllib3.BaseHTTPResponse, path: str) -> Any:

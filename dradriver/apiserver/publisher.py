@@ -12,7 +12,7 @@ from typing import Any
 from dradriver.apiserver import slices
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.kubeapi import ApiError, KubeApi
-from dradriver.apiserver.slicewatch import SliceWatch
+from dradriver.apiserver.watchcopy import WatchedCopy
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.kernel import netlink
@@ -53,7 +53,12 @@ class Publisher:
         self._wake = threading.Event()
         self._force = True
         self._stopping = threading.Event()
-        self._watch = SliceWatch(api, driver, node_name, lambda: self.trigger(force=False))
+        self._watch = WatchedCopy(
+            "ResourceSlices",
+            lambda: api.list_slices_at(driver, node_name),
+            lambda version, seconds: api.watch_slices(driver, node_name, version, seconds),
+            lambda: self.trigger(force=False),
+        )
         self._threads = [
             threading.Thread(target=self._loop, name="publisher", daemon=True),
             threading.Thread(target=self._watch_links, name="link-watch", daemon=True),

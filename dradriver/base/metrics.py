@@ -42,6 +42,12 @@ class Metrics:
             "ResourceClaim status writes that failed",
             registry=r,
         )
+        self.claim_reads = Counter(
+            "dra_driver_claim_reads",
+            "Claims a prepare needed: read before the call (prefetched) or in it (get)",
+            ["source"],
+            registry=r,
+        )
         self.call_seconds = Histogram(
             "dra_driver_kubelet_call_seconds",
             "Time from a kubelet call reaching the driver's handler to its answer",

@@ -37,7 +37,7 @@ from dradriver.claims.budget import (
     Chosen,
     Deadline,
 )
-from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Fetched
+from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Early, Fetched
 from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.claims.plan import Planner, refuse_oversized, refuse_sharing, reserve_names
 from dradriver.contract import naming
@@ -125,6 +125,7 @@ class Preparer:
         injection: str = CDI,
         failures: FailureSink | None = None,
         metadata_root: Path | None = None,
+        early: Early | None = None,
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
@@ -132,7 +133,8 @@ class Preparer:
         deleted `link_deletion_delay` seconds after the answer; `injection` the mode new
         claims are prepared in (a prepared claim keeps its own); `failures` hears of each
         claim whose prepare failed, with its object when it was fetched; `metadata_root`
-        holds the claims' device metadata files (None: none are written)."""
+        holds the claims' device metadata files (None: none are written); `early` has
+        claims read before the call (prefetch.py)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -145,7 +147,7 @@ class Preparer:
         self.gate = gate or CallGate()
         self._injection = Chosen(injection)
         self.failures = failures
-        self.fetcher = ClaimFetcher(api)
+        self.fetcher = ClaimFetcher(api, early=early, metrics=metrics)
         self.reaper = linkreaper.LinkReaper(
             self.gate.lock,
             lambda uid: not os.path.lexists(records.path(uid)),

@@ -586,3 +586,24 @@ def test_driver_name_and_namespace_flow_everywhere(helm, k8scheck, tmp_path):
         if g.get("value") != w
     ]
     assert not wrong, "\n".join(wrong[:20])
+
+
+def test_pods_are_readable_only_while_claims_are_read_ahead(helm):
+    """settings.claimPrefetch on (the default) grants list and watch of pods, and nothing
+    else of them; off grants no access to pods and tells the driver so; anything else
+    is refused by the schema."""
+
+    def pod_rules(docs):
+        [role] = by_kind(docs, "ClusterRole")
+        return [r for r in role["rules"] if "pods" in r["resources"]]
+
+    def env(docs):
+        return {e["name"]: e.get("value") for e in container(docs)["env"]}
+
+    on = render(helm)
+    assert pod_rules(on) == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    assert env(on)["DRA_CLAIM_PREFETCH"] == "on"
+    off = render(helm, "--set", "settings.claimPrefetch=off")
+    assert pod_rules(off) == []
+    assert env(off)["DRA_CLAIM_PREFETCH"] == "off"
+    assert "/settings/claimPrefetch" in refused(helm, "--set", "settings.claimPrefetch=yes")

@@ -175,6 +175,7 @@ def test_clusterrole_grants_exactly_what_the_driver_needs():
                 ],
             },
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
             {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list"]},
             # Events on the pods of failed claims, in their namespaces, and on its own pod.
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},

@@ -1,5 +1,6 @@
 """What one node's driver asks of the real API server, by its audit log: nothing at
-rest but its open watch, and two requests per claim from prepare to unprepare."""
+rest but its open watches, and two requests per claim from prepare to unprepare (the
+claim read as its pod is bound, before the kubelet asks)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import pytest
 
 from localcluster.audit import DRIVER_USER as USER
+from localcluster.audit import AuditLog, describe
 from tests.support.waiting import wait_for
 
 from .cluster import Cluster
@@ -33,7 +35,8 @@ def test_a_node_at_rest_costs_its_watch_only_and_heals_from_it(
     assert first["spec"]["devices"][0]["capacity"]["slots"]["value"] == "1k"
     wait_for("the driver's watch", lambda: audit.counts(USER)["watch resourceslices"], 10)
     # Start-up: the slices listed (publisher, watch), the Node read, the slice created,
-    # and once, DEVICE_CLASS_DELAY after the start, the DeviceClasses checked.
+    # the node's pods listed and watched, and once, DEVICE_CLASS_DELAY after the start,
+    # the DeviceClasses checked.
     wait_for("the DeviceClass check", lambda: audit.counts(USER)["list deviceclasses"], 20)
     time.sleep(0.5)
     started = audit.counts(USER)
@@ -43,6 +46,8 @@ def test_a_node_at_rest_costs_its_watch_only_and_heals_from_it(
         "get nodes": 1,
         "create resourceslices": 1,
         "list deviceclasses": 1,
+        "list pods": 1,
+        "watch pods": 1,
     }, started
     audit.mark()
     time.sleep(10)
@@ -55,19 +60,32 @@ def test_a_node_at_rest_costs_its_watch_only_and_heals_from_it(
     assert audit.counts(USER) == {"get nodes": 1, "create resourceslices": 1}
 
 
+def _claim_reads(audit: AuditLog) -> list[str]:
+    """The request URIs of the driver's claim GETs since the mark."""
+    return [
+        e["requestURI"]
+        for e in audit.entries()
+        if e.get("user", {}).get("username") == USER and describe(e) == "get resourceclaims"
+    ]
+
+
 def test_a_claims_lifecycle_costs_two_requests(cluster: Cluster, node: Node, kns: str) -> None:
-    """Prepare GETs the claim, the status writer applies its status; unprepare asks
-    nothing."""
+    """The claim is read when its pod is bound here, at the binding's version (from the
+    API server's cache), so the prepare asks nothing; the status writer applies the
+    status; unprepare asks nothing."""
     audit = cluster.cp.audit
     d = node.start_driver()
     wait_for("the driver's slice", cluster.slices)
+    wait_for("the driver's pod watch", lambda: audit.counts(USER)["watch pods"], 10)
     cluster.apply(veth_template(kns))
+    audit.mark()
     cluster.apply(claim_pod(kns, "app"))
     pod = cluster.wait_bound(kns, "app")
     [claim] = cluster.kubelet_claims(pod)
     name = claim["metadata"]["name"]
-    time.sleep(1)
-    audit.mark()
+    [read] = wait_for("the claim read ahead", lambda: _claim_reads(audit), 10)
+    assert f"/resourceclaims/{name}?resourceVersion=" in read
+    time.sleep(0.5)
     check_answer(d.prepare([claim]), [claim])
     wait_for(
         "the claim's status",
@@ -80,3 +98,27 @@ def test_a_claims_lifecycle_costs_two_requests(cluster: Cluster, node: Node, kns
     assert audit.counts(USER) == {"get resourceclaims": 1, "patch resourceclaims/status": 1}
     cluster.finish_pod_deletion(kns, "app")
     cluster.wait_claims_released(kns, [name])
+
+
+def test_a_claim_of_a_pod_being_deleted_is_read_in_the_call(
+    cluster: Cluster, node: Node, kns: str
+) -> None:
+    """A copy read ahead answers only while its pod is alive: once the pod is being
+    deleted, a prepare reads the claim itself (and still prepares it: the kubelet asks
+    only for claims reserved for a pod it runs)."""
+    audit = cluster.cp.audit
+    d = node.start_driver()
+    wait_for("the driver's pod watch", lambda: audit.counts(USER)["watch pods"], 10)
+    cluster.apply(veth_template(kns))
+    cluster.apply(claim_pod(kns, "app"))
+    pod = cluster.wait_bound(kns, "app")
+    [claim] = cluster.kubelet_claims(pod)
+    wait_for("the claim read ahead", lambda: _claim_reads(audit), 10)
+    cluster.delete(f"/api/v1/namespaces/{kns}/pods/app")  # graceful: the pod terminates
+    time.sleep(1)  # the deletion's event reaches the driver's watch
+    audit.mark()
+    check_answer(d.prepare([claim]), [claim])
+    [read] = _claim_reads(audit)
+    assert "resourceVersion" not in read, read
+    assert d.unprepare([claim]).claims[claim["metadata"]["uid"]].error == ""
+    cluster.finish_pod_deletion(kns, "app")

@@ -135,7 +135,8 @@ def test_deployed_rbac_is_all_the_driver_has(cluster: Cluster) -> None:
     # Outside its role, the token gets nothing.
     token = cluster.kubeconfig_token(cluster.driver_kubeconfig)
     for method, path in [
-        ("GET", "/api/v1/namespaces/default/pods"),
+        ("GET", "/api/v1/namespaces/default/pods/any"),  # pods: list and watch only
+        ("DELETE", "/api/v1/namespaces/default/pods/any"),
         ("GET", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/secrets"),
         ("GET", f"{RESOURCE}/resourceclaims"),
         ("GET", "/api/v1/nodes"),

@@ -139,7 +139,9 @@ def test_an_expired_watch_lists_again_and_keeps_healing(api, start_driver):
     fake, _ = api
     d = start_driver("--publish-interval", "600")
     wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
-    watches = lambda: len([r for r in fake.requests if r[0] == "WATCH"])  # noqa: E731
+    watches = lambda: len(  # noqa: E731
+        [r for r in fake.requests if r[0] == "WATCH" and r[1].endswith("/resourceslices")]
+    )
     wait_for("the watch", watches, log=d.log)
     time.sleep(1.5)  # a watch ended sooner without an event counts as a failure instead
     with fake.lock:
@@ -148,7 +150,7 @@ def test_an_expired_watch_lists_again_and_keeps_healing(api, start_driver):
         fake.next_rv()
         fake.oldest_watchable = fake._rv
         fake.end_watches()
-    wait_for("the relist", lambda: "slice watch expired" in d.log(), timeout=5, log=d.log)
+    wait_for("the relist", lambda: "ResourceSlices watch expired" in d.log(), timeout=5, log=d.log)
     wait_for("a watch from the new list", lambda: watches() >= 3, timeout=5, log=d.log)
     with fake.lock:
         fake.slices.clear()

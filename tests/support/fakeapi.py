@@ -31,6 +31,7 @@ RES = "/apis/resource.k8s.io/v1"
 _CLAIM = re.compile(rf"^{RES}/namespaces/([^/]+)/resourceclaims/([^/]+)(/status)?$")
 _SLICE = re.compile(rf"^{RES}/resourceslices(?:/([^/]+))?$")
 _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+PODS = "/api/v1/pods"  # listed and watched (claim prefetch): the fake holds no pods
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -195,6 +196,12 @@ class FakeApi:
                 return self._claim(method, unquote(m[1]), unquote(m[2]), bool(m[3]), body)
             if m := _SLICE.match(path):
                 return self._slice(method, unquote(m[1]) if m[1] else None, query, body)
+            if path == PODS and method == "GET":
+                return 200, {
+                    "kind": "PodList",
+                    "items": [],
+                    "metadata": {"resourceVersion": str(self._rv)},
+                }
             if (m := _NODE.match(path)) and method == "GET":
                 node = self.nodes.get(unquote(m[1]))
                 return (
@@ -347,12 +354,12 @@ class _Handler(BaseHTTPRequestHandler):
         query = parse_qs(url.query)
         if self.headers.get("Authorization") != "Bearer fake-token":
             code, payload = 401, status(401, "Unauthorized", "Unauthorized")
-        elif query.get("watch") == ["true"] and _SLICE.match(url.path):
+        elif query.get("watch") == ["true"] and (_SLICE.match(url.path) or url.path == PODS):
             self.fake.requests.append(("WATCH", url.path))
             if self.fake.refuse_watches:
                 code, payload = 405, status(405, "MethodNotAllowed", "watch not allowed")
             else:
-                self._watch(query)
+                self._watch(query, pods=url.path == PODS)
                 return
         else:
             code, payload = self.fake.handle(self.command, url.path, query, body)
@@ -363,8 +370,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _watch(self, query: dict[str, list[str]]) -> None:
-        """Stream slice events after the asked version until timeoutSeconds, as chunks."""
+    def _watch(self, query: dict[str, list[str]], pods: bool = False) -> None:
+        """Stream slice events after the asked version until timeoutSeconds, as chunks
+        (a watch of `pods` gets bookmarks only)."""
         version = int(query.get("resourceVersion", ["0"])[0] or 0)
         if version < self.fake.oldest_watchable:
             self._send_json(200, _event("ERROR", status(410, "Expired", "too old")))
@@ -384,6 +392,7 @@ class _Handler(BaseHTTPRequestHandler):
                 and self.fake.watch_era == era
             ):
                 version, found = self.fake.watch_from(version, selector)
+                found = [] if pods else found
                 if query.get("allowWatchBookmarks") == ["true"] and time.monotonic() > bookmark:
                     found.append(
                         _event("BOOKMARK", {"metadata": {"resourceVersion": str(version)}})

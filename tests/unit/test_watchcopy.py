@@ -1,43 +1,19 @@
-"""SliceWatch: the node's slices kept from one list and the watch's events."""
+"""WatchedCopy: the node's slices kept from one list and the watch's events."""
 
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from typing import Any
 
 from dradriver.apiserver.kubeapi import ApiError
-from dradriver.apiserver.slicewatch import SliceWatch
+from dradriver.apiserver.watchcopy import WatchedCopy
+from tests.support.queuedwatch import QueuedWatch
 from tests.support.waiting import wait_for
 
 
 def _slice(name: str, rv: str, devices: int = 1) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"devices": [{}] * devices}}
-
-
-class _Watch:
-    def __init__(self, events: queue.Queue[Any]) -> None:
-        self._events = events
-        self.closed = threading.Event()
-
-    def events(self) -> Any:
-        while not self.closed.is_set():
-            try:
-                ev = self._events.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if ev is None:  # the server ends the watch
-                return
-            if isinstance(ev, Exception):
-                raise ev
-            yield ev
-
-    def close(self) -> None:
-        self.closed.set()
-
-    def release(self) -> None:
-        self.closed.set()
 
 
 class _Api:
@@ -52,18 +28,24 @@ class _Api:
         self.lists.append(node)
         return list(self.items), "10"
 
-    def watch_slices(self, driver: str, node: str, version: str, seconds: int) -> _Watch:
+    def watch_slices(self, driver: str, node: str, version: str, seconds: int) -> QueuedWatch:
         if self.refuse is not None:
             raise self.refuse
         self.watched.append(version)
-        return _Watch(self.events)
+        return QueuedWatch(self.events)
 
 
 def _started(
     api: _Api, backoff: tuple[float, float] = (0.01, 0.02), watching: bool = True
-) -> tuple[SliceWatch, list[int]]:
+) -> tuple[WatchedCopy, list[int]]:
     changes: list[int] = []
-    w = SliceWatch(api, "drv", "node", lambda: changes.append(1), backoff=backoff)
+    w = WatchedCopy(
+        "ResourceSlices",
+        lambda: api.list_slices_at("drv", "node"),
+        lambda version, seconds: api.watch_slices("drv", "node", version, seconds),
+        lambda: changes.append(1),
+        backoff=backoff,
+    )
     w.start()
     if watching:
         wait_for("the first watch", lambda: api.watched)

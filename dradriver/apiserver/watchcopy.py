@@ -1,11 +1,11 @@
-"""This node's ResourceSlices as the API server has them, kept by one list and a watch.
+"""A copy of some of the API server's objects, kept by one list and then a watch.
 
-The publisher compares what it wants with this copy instead of listing the slices each
-time, so a node at rest costs the API server one open watch and nothing else; a slice a
-user or the kubelet deletes or changes comes back as an event, and the publisher puts it
-right within its debounce. The watch is opened again where the last one ended (bookmarks
-keep that point fresh), and only a watch the server refuses as too old (410) or an error
-lists again.
+The node's ResourceSlices (the publisher compares what it wants with this copy instead of
+listing them each time) and the node's Pods (claims read before the kubelet asks,
+prefetch.py) are kept this way, so a node at rest costs the API server open watches and
+nothing else. The watch is opened again where the last one ended (bookmarks keep that
+point fresh), and only a watch the server refuses as too old (410) or an error lists
+again.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from dradriver.apiserver.kubeapi import ApiError, Watch
 from dradriver.base.log import event
@@ -29,40 +29,53 @@ BACKOFF = (1.0, 30.0)  # first and longest pause before listing again after an e
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner with no event counts as a failure
 
 
-class SliceApi(Protocol):
-    """The API calls the watch needs."""
-
-    def list_slices_at(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
-        """The node's slices and the list's resourceVersion."""
-
-    def watch_slices(self, driver: str, node_name: str, version: str, seconds: int) -> Watch:
-        """A watch of the node's slices from `version`."""
+Lister = Callable[[], tuple[list[dict[str, Any]], str]]  # the objects and the list's version
+Watcher = Callable[[str, int], Watch]  # a watch from a version, ended after some seconds
+Key = Callable[[dict[str, Any]], str]
+LISTED = "LISTED"  # on_event's type for an object found by a list rather than an event
 
 
-class SliceWatch:
-    """The driver's ResourceSlices of one node, by name, while the watch is in step."""
+def by_name(obj: dict[str, Any]) -> str:
+    """An object's name (the key of cluster-scoped objects of one node)."""
+    return str(obj["metadata"]["name"])
+
+
+def by_uid(obj: dict[str, Any]) -> str:
+    """An object's UID."""
+    return str(obj["metadata"]["uid"])
+
+
+class WatchedCopy:
+    """Objects of one collection, by key, while the watch is in step."""
 
     def __init__(
         self,
-        api: SliceApi,
-        driver: str,
-        node_name: str,
+        what: str,
+        lister: Lister,
+        watcher: Watcher,
         on_change: Callable[[], None],
         backoff: tuple[float, float] = BACKOFF,
+        key: Key = by_name,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
-        """`on_change` is called after every change the watch hears and when it (re)syncs
-        or loses step; `start` launches the thread."""
-        self._api = api
-        self._driver = driver
-        self._node = node_name
+        """`what` names the objects in logs; `on_change` is called after every change the
+        watch hears and when it (re)syncs or loses step; `on_event(type, object)` after
+        each ADDED, MODIFIED or DELETED event and for each listed object (as ADDED);
+        `start` launches the thread. A 403 or 404 on the list stops it (logged)."""
+        self._what = what
+        self._lister = lister
+        self._watcher = watcher
         self._on_change = on_change
+        self._on_event = on_event
+        self._key = key
         self._backoff = backoff
-        self._slices: dict[str, dict[str, Any]] = {}
+        self._objects: dict[str, dict[str, Any]] = {}
         self._synced = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._open: Watch | None = None
-        self._thread = threading.Thread(target=self._run, name="slice-watch", daemon=True)
+        name = what.lower().replace(" ", "-") + "-watch"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         """List and start watching."""
@@ -78,9 +91,14 @@ class SliceWatch:
         self._thread.join(5)
 
     def snapshot(self) -> dict[str, dict[str, Any]] | None:
-        """The slices by name, or None while the watch is not in step (list them instead)."""
+        """The objects by key, or None while the watch is not in step (list them instead)."""
         with self._lock:
-            return dict(self._slices) if self._synced else None
+            return dict(self._objects) if self._synced else None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """One object, or None when it is not there or the watch is not in step."""
+        with self._lock:
+            return self._objects.get(key) if self._synced else None
 
     def in_step(self) -> bool:
         """Whether the copy follows the API server (`snapshot` is not None)."""
@@ -91,14 +109,14 @@ class SliceWatch:
         """Remember what a write of ours returned (its event may come a moment later),
         unless the watch already told of a later version."""
         with self._lock:
-            name = obj["metadata"]["name"]
-            if not _older(obj, self._slices.get(name)):
-                self._slices[name] = obj
+            key = self._key(obj)
+            if not _older(obj, self._objects.get(key)):
+                self._objects[key] = obj
 
-    def deleted(self, name: str) -> None:
-        """Forget a slice we deleted."""
+    def deleted(self, key: str) -> None:
+        """Forget an object we deleted."""
         with self._lock:
-            self._slices.pop(name, None)
+            self._objects.pop(key, None)
 
     def _run(self) -> None:
         failures = 0
@@ -116,8 +134,17 @@ class SliceWatch:
                     self._lose_step()
                     delay = self._pause(failures)
                 failures += 1
-                event(log, logging.INFO, "slice watch expired: listing again", after=delay)
+                event(log, logging.INFO, f"{self._what} watch expired: listing again", after=delay)
                 self._stopping.wait(delay)
+            except _Refused as exc:
+                self._lose_step()
+                event(
+                    log,
+                    logging.ERROR,
+                    f"listing {self._what} refused: going on without them",
+                    error=exc.__cause__,
+                )
+                return
             except Exception as exc:  # API down, a bad answer: list again after a pause
                 if self._stopping.is_set():
                     return
@@ -127,7 +154,7 @@ class SliceWatch:
                 event(
                     log,
                     logging.WARNING,
-                    "watching ResourceSlices failed: comparing with a list until it is back",
+                    f"watching {self._what} failed: listing again after a pause",
                     error=exc,
                     retry_in=round(delay, 1),
                 )
@@ -139,10 +166,18 @@ class SliceWatch:
         return float(min(longest, first * 2**failures) * random.uniform(0.5, 1.0))
 
     def _list(self) -> str:
-        items, version = self._api.list_slices_at(self._driver, self._node)
+        try:
+            items, version = self._lister()
+        except ApiError as exc:
+            if exc.status in (403, 404):  # not allowed (RBAC), or not served: not a blip
+                raise _Refused from exc
+            raise
         with self._lock:
-            self._slices = {s["metadata"]["name"]: s for s in items}
+            self._objects = {self._key(o): o for o in items}
             self._synced = True
+        if self._on_event is not None:
+            for obj in items:
+                self._on_event(LISTED, obj)
         self._on_change()
         return version
 
@@ -150,7 +185,7 @@ class SliceWatch:
         """Follow one watch to its end; return the version to go on from."""
         seconds = random.randint(*WATCH_SECONDS)
         try:
-            opened = self._api.watch_slices(self._driver, self._node, version, seconds)
+            opened = self._watcher(version, seconds)
         except ApiError as exc:
             if exc.status == 410:
                 raise _Expired from None
@@ -186,14 +221,16 @@ class SliceWatch:
         version = meta.get("resourceVersion")
         if kind == "BOOKMARK":
             return str(version) if version else None
-        name = meta.get("name")
-        if kind not in ("ADDED", "MODIFIED", "DELETED") or not name:
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not meta.get("name"):
             return None
+        key = self._key(obj)
         with self._lock:
             if kind == "DELETED":
-                self._slices.pop(name, None)
-            elif not _older(obj, self._slices.get(name)):  # not the event of a write we hold
-                self._slices[name] = obj
+                self._objects.pop(key, None)
+            elif not _older(obj, self._objects.get(key)):  # not the event of a write we hold
+                self._objects[key] = obj
+        if self._on_event is not None:
+            self._on_event(str(kind), obj)
         self._on_change()
         return str(version) if version else None
 
@@ -212,6 +249,10 @@ def _older(obj: dict[str, Any], than: dict[str, Any] | None) -> bool:
     mine = str(obj["metadata"].get("resourceVersion", ""))
     theirs = str(than["metadata"].get("resourceVersion", ""))
     return mine.isdigit() and theirs.isdigit() and int(mine) < int(theirs)
+
+
+class _Refused(Exception):
+    """The server will not list these objects for us (403 or 404)."""
 
 
 class _Expired(Exception):

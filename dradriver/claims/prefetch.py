@@ -1,0 +1,219 @@
+"""Claims read before the kubelet asks: those made for the pods bound to this node.
+
+The kubelet reads a pod's claims itself and then calls NodePrepareResources; a GET inside
+the call was most of its time. The driver watches the node's Pods instead, and when one
+is bound here it GETs the claims made from the pod's templates (the names in
+`status.resourceClaimStatuses`) at the pod event's resourceVersion: from the API server's
+cache, never older than the binding, so already allocated and reserved for the pod.
+Pods already bound when the pod list is made (at start, after a lost watch) are not
+read ahead: a restart would read every claim of the node.
+
+A copy answers one call at most, and only when `usable` finds it is the claim asked
+for, made for the pod it was read for, reserved for that pod, allocated, and the pod is
+still on the node, not being deleted and not done. While the pod is in reservedFor the
+allocation cannot change (docs/architecture.md, "Claims read before the kubelet asks",
+has the argument and its one limit). Anything else is read with a GET in the call.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dradriver.apiserver.kubeapi import Watch
+from dradriver.apiserver.watchcopy import LISTED, WatchedCopy, by_uid
+from dradriver.base.log import event
+from dradriver.claims.budget import Deadline
+from dradriver.contract.hookspecs import ClaimRef
+
+log = logging.getLogger(__name__)
+
+WORKERS = 2
+GET_TIMEOUT = 5.0  # a GET at a resourceVersion waits for the cache to reach it (up to 3 s)
+WAIT = 1.0  # longest a call waits for a GET in flight before it makes its own
+
+
+class PrefetchApi(Protocol):
+    """The API calls prefetching needs."""
+
+    def list_pods_at(self, node_name: str) -> tuple[list[dict[str, Any]], str]:
+        """The Pods bound to the node, and the list's resourceVersion."""
+
+    def watch_pods(self, node_name: str, version: str, seconds: int) -> Watch:
+        """A watch of the node's Pods from `version`."""
+
+    def get_claim(
+        self, namespace: str, name: str, timeout: float | None = None, version: str | None = None
+    ) -> dict[str, Any]:
+        """A ResourceClaim, at `version` or later."""
+
+
+@dataclass
+class _Entry:
+    """One claim read (or being read) for one pod."""
+
+    pod_uid: str
+    claim: Future[dict[str, Any] | None] = field(default_factory=Future)
+    used: bool = False  # a copy answers one call at most
+
+
+def alive(pod: Mapping[str, Any] | None) -> bool:
+    """Whether a pod can still run: known, not being deleted, not Succeeded or Failed."""
+    if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def generated_claims(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the claims made from the pod's templates, as its status has them."""
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    return [str(s["resourceClaimName"]) for s in statuses if s.get("resourceClaimName")]
+
+
+def usable(
+    claim: Mapping[str, Any], ref: ClaimRef, pod_uid: str, pod: Mapping[str, Any] | None
+) -> bool:
+    """Whether a copy of a claim read for pod `pod_uid` is the claim `ref` names now
+    (module docstring: why these checks are enough)."""
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    owned = any(
+        o.get("controller") and o.get("kind") == "Pod" and o.get("uid") == pod_uid
+        for o in meta.get("ownerReferences") or []
+    )
+    reserved = any(
+        r.get("resource") == "pods" and r.get("uid") == pod_uid
+        for r in status.get("reservedFor") or []
+    )
+    return (
+        meta.get("uid") == ref.uid
+        and meta.get("namespace") == ref.namespace
+        and meta.get("name") == ref.name
+        and owned
+        and reserved
+        and bool(status.get("allocation"))
+        and alive(pod)
+    )
+
+
+class ClaimPrefetch:
+    """Reads the claims of pods bound to this node as they are bound."""
+
+    def __init__(
+        self, api: PrefetchApi, node_name: str, wait_limit: float = WAIT, enabled: bool = True
+    ) -> None:
+        """Nothing is read until `start`; when not `enabled` (--claim-prefetch off),
+        never, and every call reads its claims itself."""
+        self._api = api
+        self._enabled = enabled
+        self._wait = wait_limit
+        self._pods = WatchedCopy(
+            "Pods",
+            lambda: api.list_pods_at(node_name),
+            lambda version, seconds: api.watch_pods(node_name, version, seconds),
+            self._prune,
+            key=by_uid,
+            on_event=self._pod_event,
+        )
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], _Entry] = {}  # by (namespace, claim name)
+        self._queue: queue.SimpleQueue[tuple[str, str, str, _Entry] | None] = queue.SimpleQueue()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"claim-prefetch-{i}", daemon=True)
+            for i in range(WORKERS)
+        ]
+
+    def start(self) -> None:
+        """List and watch the node's Pods; read claims as pods are bound."""
+        if not self._enabled:
+            return
+        for worker in self._workers:
+            worker.start()
+        self._pods.start()
+
+    def stop(self) -> None:
+        """End the watch and the workers."""
+        if not self._enabled:
+            return
+        self._pods.stop()
+        for _ in self._workers:
+            self._queue.put(None)
+
+    def take(
+        self, ref: ClaimRef, deadline: Deadline, abandon: Future[None]
+    ) -> dict[str, Any] | None:
+        """The claim `ref` names, if it was read ahead and is provably still that claim;
+        None: GET it. Waits for a read in flight, within the deadline and WAIT."""
+        with self._lock:
+            entry = self._entries.get((ref.namespace, ref.name))
+            if entry is None or entry.used:
+                return None
+            entry.used = True
+        limit = min(deadline.remaining(), self._wait)
+        if not entry.claim.done() and limit > 0:
+            either: set[Future[Any]] = {entry.claim, abandon}
+            wait(either, timeout=limit, return_when=FIRST_COMPLETED)
+        if not entry.claim.done():
+            return None
+        claim = entry.claim.result()
+        if claim is None or not usable(claim, ref, entry.pod_uid, self._pods.get(entry.pod_uid)):
+            event(log, logging.DEBUG, "prefetched claim not used: reading it", claim=ref.uid)
+            return None
+        return claim
+
+    def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        """Read the claims of a pod bound here (once per pod); forget a pod's claims when
+        it is deleted or done."""
+        meta = pod.get("metadata") or {}
+        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
+        if kind == "DELETED" or not alive(pod):
+            self._forget({uid})
+            return
+        version = str(meta.get("resourceVersion", ""))
+        for name in generated_claims(pod):
+            with self._lock:
+                known = self._entries.get((namespace, name))
+                if known is not None and known.pod_uid == uid:
+                    continue
+                entry = self._entries[(namespace, name)] = _Entry(uid)
+            if kind == LISTED:  # bound before the driver looked: not read (a restart
+                entry.claim.set_result(None)  # would read every claim of the node)
+            else:
+                self._queue.put((namespace, name, version, entry))
+
+    def _prune(self) -> None:
+        """Forget the claims of pods no longer in the copy (gone while it was not in step)."""
+        pods = self._pods.snapshot()
+        if pods is None:
+            return
+        with self._lock:
+            gone = {e.pod_uid for e in self._entries.values() if e.pod_uid not in pods}
+        if gone:
+            self._forget(gone)
+
+    def _forget(self, pod_uids: Iterable[str]) -> None:
+        uids = set(pod_uids)
+        with self._lock:
+            for key in [k for k, e in self._entries.items() if e.pod_uid in uids]:
+                del self._entries[key]
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            namespace, name, version, entry = item
+            try:
+                claim = self._api.get_claim(namespace, name, GET_TIMEOUT, version or None)
+            except Exception as exc:  # the call reads it itself
+                event(
+                    log,
+                    logging.DEBUG,
+                    "prefetching a claim failed",
+                    ref=f"{namespace}/{name}",
+                    error=exc,
+                )
+                claim = None
+            entry.claim.set_result(claim)
