@@ -61,7 +61,8 @@ class WatchedCopy:
         """`what` names the objects in logs; `on_change` is called after every change the
         watch hears and when it (re)syncs or loses step; `on_event(type, object)` after
         each ADDED, MODIFIED or DELETED event and for each listed object (as ADDED);
-        `start` launches the thread. A 403 or 404 on the list stops it (logged)."""
+        `start` launches the thread. A 403 or 404 on the list is logged once and asked
+        again at the longest pause."""
         self._what = what
         self._lister = lister
         self._watcher = watcher
@@ -120,9 +121,11 @@ class WatchedCopy:
 
     def _run(self) -> None:
         failures = 0
+        refused = False
         while not self._stopping.is_set():
             try:
                 version = self._list()
+                refused = False
                 while not self._stopping.is_set():
                     version = self._watch(version)
                     failures = 0
@@ -137,14 +140,20 @@ class WatchedCopy:
                 event(log, logging.INFO, f"{self._what} watch expired: listing again", after=delay)
                 self._stopping.wait(delay)
             except _Refused as exc:
+                # Not allowed (RBAC not granted yet, or taken away) or not served: said
+                # once, and asked again only at the longest pause.
                 self._lose_step()
-                event(
-                    log,
-                    logging.ERROR,
-                    f"listing {self._what} refused: going on without them",
-                    error=exc.__cause__,
-                )
-                return
+                if not refused:
+                    event(
+                        log,
+                        logging.ERROR,
+                        f"listing {self._what} refused: going on without them, asking "
+                        f"again every {self._backoff[1]:.0f} s",
+                        error=exc.__cause__,
+                    )
+                refused = True
+                self._stopping.wait(self._backoff[1])
+                continue
             except Exception as exc:  # API down, a bad answer: list again after a pause
                 if self._stopping.is_set():
                     return

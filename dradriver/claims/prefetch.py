@@ -166,6 +166,11 @@ class ClaimPrefetch:
             return None
         return claim
 
+    def held(self) -> int:
+        """How many claims are held (read, or being read) for pods on the node."""
+        with self._lock:
+            return len(self._entries)
+
     def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         """Read the claims of a pod bound here (once per pod); forget a pod's claims when
         it is deleted or done."""

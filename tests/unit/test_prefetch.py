@@ -59,6 +59,7 @@ class _Api:
         self.gets: list[tuple[str, str, str | None]] = []
         self.release = threading.Event()
         self.release.set()
+        self.started = threading.Event()  # a GET began
         self.watching = threading.Event()
 
     def list_pods_at(self, node: str) -> tuple[list[dict[str, Any]], str]:
@@ -72,6 +73,7 @@ class _Api:
     def get_claim(
         self, namespace: str, name: str, timeout: float | None = None, version: str | None = None
     ) -> dict[str, Any]:
+        self.started.set()
         self.release.wait(5)
         self.gets.append((namespace, name, version))
         if isinstance(self.claim, Exception):
@@ -120,6 +122,7 @@ def test_a_call_waits_for_the_read_in_flight(api: _Api) -> None:
     api.release.clear()
     p = _started(api)
     try:
+        assert api.started.wait(5), "the read began"
         threading.Timer(0.2, api.release.set).start()
         assert _take(p) == _claim()
     finally:
@@ -162,6 +165,7 @@ def test_a_pod_deleted_or_done_takes_its_claims_with_it(api: _Api, how: str) -> 
             pod["status"]["phase"] = "Succeeded"
         api.events.put({"type": "DELETED" if how == "deleted" else "MODIFIED", "object": pod})
         _then_another_pod(api, OTHER, 2)
+        assert p.held() == 1, "only the other pod's claim is held"
         assert _take(p) is None
     finally:
         p.stop()
