@@ -148,7 +148,9 @@ def run(settings: Settings) -> int:
         still_prepared=lambda uid: os.path.exists(records.path(uid)),  # noqa: PTH110
     )
     gate = CallGate(lock)
-    prefetch = ClaimPrefetch(api, settings.node_name, enabled=settings.claim_prefetch)
+    prefetch = ClaimPrefetch(
+        api, settings.node_name, settings.driver_name, enabled=settings.claim_prefetch
+    )
     preparer = Preparer(
         context=context,
         cdi_dir=settings.cdi_dir,

@@ -25,8 +25,8 @@ from dradriver.contract.hookspecs import ClaimRef
 FETCH_WORKERS = 4  # at most; started as batches need them (each keeps its own connection)
 _GRACE = 1.0  # a GET may outlive the budget by this much, so the budget's error wins
 
-# A claim read before the call (prefetch.py), if it is provably the one the call names.
-Early = Callable[[ClaimRef, Deadline, "Future[None]"], "dict[str, Any] | None"]
+# The claims read before the call (prefetch.py) that are provably the ones it names, by UID.
+Early = Callable[[Sequence[ClaimRef], Deadline, "Future[None]"], "dict[str, dict[str, Any]]"]
 
 
 class ClaimSource(Protocol):
@@ -88,10 +88,8 @@ class ClaimFetcher:
         """Each claim's object or error, by UID; returns by the deadline or when
         `abandon` completes (shutdown), whichever comes first."""
         out: dict[str, Fetched] = {}
-        if self.early is not None:
-            for ref in refs:
-                if (claim := self.early(ref, deadline, abandon)) is not None:
-                    out[ref.uid] = Fetched(claim)
+        if self.early is not None and refs:
+            out = {uid: Fetched(c) for uid, c in self.early(refs, deadline, abandon).items()}
             refs = [ref for ref in refs if ref.uid not in out]
         self._count("prefetched", len(out))
         self._count("get", len(refs))

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ from dradriver.claims.budget import Deadline
 from dradriver.contract.hookspecs import ClaimRef
 
 log = logging.getLogger(__name__)
+_NOTHING: Future[dict[str, Any] | None] = Future()  # what a used entry keeps
+_NOTHING.set_result(None)
 
 WORKERS = 2
 GET_TIMEOUT = 5.0  # a GET at a resourceVersion waits for the cache to reach it (up to 3 s)
@@ -75,6 +78,13 @@ def generated_claims(pod: Mapping[str, Any]) -> list[str]:
     return [str(s["resourceClaimName"]) for s in statuses if s.get("resourceClaimName")]
 
 
+def allocated_by(claim: Mapping[str, Any], driver: str) -> bool:
+    """Whether any device of the claim's allocation is `driver`'s."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return any(r.get("driver") == driver for r in results)
+
+
 def usable(
     claim: Mapping[str, Any], ref: ClaimRef, pod_uid: str, pod: Mapping[str, Any] | None
 ) -> bool:
@@ -105,11 +115,17 @@ class ClaimPrefetch:
     """Reads the claims of pods bound to this node as they are bound."""
 
     def __init__(
-        self, api: PrefetchApi, node_name: str, wait_limit: float = WAIT, enabled: bool = True
+        self,
+        api: PrefetchApi,
+        node_name: str,
+        driver: str,
+        wait_limit: float = WAIT,
+        enabled: bool = True,
     ) -> None:
         """Nothing is read until `start`; when not `enabled` (--claim-prefetch off),
         never, and every call reads its claims itself."""
         self._api = api
+        self._driver = driver
         self._enabled = enabled
         self._wait = wait_limit
         self._pods = WatchedCopy(
@@ -145,26 +161,39 @@ class ClaimPrefetch:
             self._queue.put(None)
 
     def take(
-        self, ref: ClaimRef, deadline: Deadline, abandon: Future[None]
-    ) -> dict[str, Any] | None:
-        """The claim `ref` names, if it was read ahead and is provably still that claim;
-        None: GET it. Waits for a read in flight, within the deadline and WAIT."""
+        self, refs: Sequence[ClaimRef], deadline: Deadline, abandon: Future[None]
+    ) -> dict[str, dict[str, Any]]:
+        """By UID, the claims of `refs` that were read ahead and are provably still the
+        claims named; the others are for the call to GET. Waits once for reads still in
+        flight, within the deadline and WAIT."""
+        taken: list[tuple[ClaimRef, _Entry]] = []
         with self._lock:
-            entry = self._entries.get((ref.namespace, ref.name))
-            if entry is None or entry.used:
-                return None
-            entry.used = True
-        limit = min(deadline.remaining(), self._wait)
-        if not entry.claim.done() and limit > 0:
-            either: set[Future[Any]] = {entry.claim, abandon}
-            wait(either, timeout=limit, return_when=FIRST_COMPLETED)
-        if not entry.claim.done():
-            return None
-        claim = entry.claim.result()
-        if claim is None or not usable(claim, ref, entry.pod_uid, self._pods.get(entry.pod_uid)):
-            event(log, logging.DEBUG, "prefetched claim not used: reading it", claim=ref.uid)
-            return None
-        return claim
+            for ref in refs:
+                entry = self._entries.get((ref.namespace, ref.name))
+                if entry is not None and not entry.used:
+                    entry.used = True
+                    taken.append((ref, entry))
+        if not taken:
+            return {}
+        until = time.monotonic() + min(deadline.remaining(), self._wait)
+        pending: set[Future[Any]] = {e.claim for _, e in taken if not e.claim.done()}
+        while pending and not abandon.done():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            _, pending = wait({*pending, abandon}, timeout=left, return_when=FIRST_COMPLETED)
+            pending.discard(abandon)
+        out: dict[str, dict[str, Any]] = {}
+        for ref, entry in taken:
+            claim = entry.claim.result() if entry.claim.done() else None
+            entry.claim = _NOTHING  # used once: the copy is not kept
+            if claim is not None and usable(
+                claim, ref, entry.pod_uid, self._pods.get(entry.pod_uid)
+            ):
+                out[ref.uid] = claim
+            else:
+                event(log, logging.DEBUG, "prefetched claim not used: reading it", claim=ref.uid)
+        return out
 
     def held(self) -> int:
         """How many claims are held (read, or being read) for pods on the node."""
@@ -210,8 +239,11 @@ class ClaimPrefetch:
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
             namespace, name, version, entry = item
+            claim: dict[str, Any] | None = None
             try:
                 claim = self._api.get_claim(namespace, name, GET_TIMEOUT, version or None)
+                if not allocated_by(claim, self._driver):  # another driver's: not kept
+                    claim = None
             except Exception as exc:  # the call reads it itself
                 event(
                     log,

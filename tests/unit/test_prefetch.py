@@ -20,6 +20,7 @@ from tests.support.waiting import wait_for
 POD = "0b9ef3b2-6a43-4d5e-9d5c-2a1f3c4d5e6f"
 CLAIM = "5e1c2f9a-1b2c-4d3e-8f4a-5b6c7d8e9f01"
 OTHER = "9f9f9f9f-0000-4000-8000-000000000009"
+DRIVER = "dra.example.com"
 REF = ClaimRef("ns", "app-nic-x7k2p", CLAIM)
 _NEVER: Future[None] = Future()
 
@@ -45,7 +46,7 @@ def _claim(uid: str = CLAIM, pod: str = POD) -> dict[str, Any]:
             "ownerReferences": [{"kind": "Pod", "name": "app", "uid": pod, "controller": True}],
         },
         "status": {
-            "allocation": {"devices": {"results": [{"driver": "dra.example.com"}]}},
+            "allocation": {"devices": {"results": [{"driver": DRIVER}]}},
             "reservedFor": [{"resource": "pods", "name": "app", "uid": pod}],
         },
     }
@@ -56,6 +57,7 @@ class _Api:
         self.pods: list[dict[str, Any]] = []
         self.events: queue.Queue[Any] = queue.Queue()
         self.claim: dict[str, Any] | Exception = _claim()
+        self.by_name: dict[str, dict[str, Any]] = {}  # claims other than `claim`, by name
         self.gets: list[tuple[str, str, str | None]] = []
         self.release = threading.Event()
         self.release.set()
@@ -76,6 +78,8 @@ class _Api:
         self.started.set()
         self.release.wait(5)
         self.gets.append((namespace, name, version))
+        if name in self.by_name:
+            return copy.deepcopy(self.by_name[name])
         if isinstance(self.claim, Exception):
             raise self.claim
         return copy.deepcopy(self.claim)
@@ -88,7 +92,7 @@ def api() -> _Api:
 
 def _started(api: _Api, bind: bool = True) -> ClaimPrefetch:
     """Started, with the pod bound (its ADDED event) once the watch is open."""
-    p = ClaimPrefetch(api, "node-a", wait_limit=2.0)
+    p = ClaimPrefetch(api, "node-a", DRIVER, wait_limit=2.0)
     p.start()
     assert api.watching.wait(5)
     if bind:
@@ -97,7 +101,7 @@ def _started(api: _Api, bind: bool = True) -> ClaimPrefetch:
 
 
 def _take(p: ClaimPrefetch, ref: ClaimRef = REF) -> dict[str, Any] | None:
-    return p.take(ref, Deadline.after(5), _NEVER)
+    return p.take([ref], Deadline.after(5), _NEVER).get(ref.uid)
 
 
 def test_a_bound_pods_claim_is_read_once_at_its_version_and_answers_the_call(api: _Api) -> None:
@@ -197,7 +201,7 @@ def test_a_failed_read_or_a_refused_pod_list_leaves_the_call_to_read_it(api: _Ap
     refused.list_pods_at = lambda node: (_ for _ in ()).throw(  # type: ignore[method-assign]
         ApiError(403, "Forbidden", "pods is forbidden")
     )
-    q = ClaimPrefetch(refused, "node-a")
+    q = ClaimPrefetch(refused, "node-a", DRIVER)
     q.start()
     try:
         assert _take(q) is None and refused.gets == []
@@ -234,10 +238,44 @@ def test_a_pod_the_watch_does_not_hold_never_vouches() -> None:
 
 
 def test_off_it_reads_nothing_and_every_call_reads_its_claims(api: _Api) -> None:
-    p = ClaimPrefetch(api, "node-a", enabled=False)
+    p = ClaimPrefetch(api, "node-a", DRIVER, enabled=False)
     p.start()
     try:
         assert not api.watching.wait(0.3)
         assert _take(p) is None and api.gets == []
     finally:
+        p.stop()
+
+
+def test_another_drivers_claim_is_not_kept(api: _Api) -> None:
+    api.claim = _claim()
+    api.claim["status"]["allocation"]["devices"]["results"] = [{"driver": "gpu.example.com"}]
+    p = _started(api)
+    try:
+        wait_for("the prefetch", lambda: api.gets)
+        assert _take(p) is None
+    finally:
+        p.stop()
+
+
+def test_a_calls_claims_are_taken_together_once_their_reads_end(api: _Api) -> None:
+    """Two claims of one call, both still being read: both answer the call."""
+    api.release.clear()
+    p = _started(api)
+    try:
+        second = _pod(version="21")
+        second["status"]["resourceClaimStatuses"].append(
+            {"name": "nic2", "resourceClaimName": "app-nic2-q9w8e"}
+        )
+        api.events.put({"type": "MODIFIED", "object": second})
+        assert api.started.wait(5)
+        other = _claim(uid=OTHER)
+        other["metadata"]["name"] = "app-nic2-q9w8e"
+        api.by_name["app-nic2-q9w8e"] = other
+        refs = [REF, ClaimRef("ns", "app-nic2-q9w8e", OTHER)]
+        threading.Timer(0.2, api.release.set).start()
+        got = p.take(refs, Deadline.after(5), _NEVER)
+        assert got == {CLAIM: _claim(), OTHER: other}
+    finally:
+        api.release.set()
         p.stop()
