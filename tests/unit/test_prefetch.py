@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -188,7 +190,7 @@ def test_a_claim_bound_again_under_a_new_pod_is_read_for_it(api: _Api) -> None:
         p.stop()
 
 
-def test_a_failed_read_or_a_refused_pod_list_leaves_the_call_to_read_it(api: _Api) -> None:
+def test_a_failed_read_leaves_the_call_to_read_it(api: _Api) -> None:
     api.claim = ApiError(503, "ServiceUnavailable", "busy")
     p = _started(api)
     try:
@@ -197,16 +199,31 @@ def test_a_failed_read_or_a_refused_pod_list_leaves_the_call_to_read_it(api: _Ap
     finally:
         p.stop()
 
+
+def test_a_refused_pod_list_is_said_once_and_reads_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No RBAC for pods: one ERROR naming the pods, no claim read, calls GET their claims."""
     refused = _Api()
-    refused.list_pods_at = lambda node: (_ for _ in ()).throw(  # type: ignore[method-assign]
-        ApiError(403, "Forbidden", "pods is forbidden")
-    )
-    q = ClaimPrefetch(refused, "node-a", DRIVER)
-    q.start()
-    try:
-        assert _take(q) is None and refused.gets == []
-    finally:
-        q.stop()
+    asked: list[str] = []
+
+    def forbidden(node: str) -> tuple[list[dict[str, Any]], str]:
+        asked.append(node)
+        raise ApiError(403, "Forbidden", 'pods is forbidden: cannot list resource "pods"')
+
+    refused.list_pods_at = forbidden  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR):
+        q = ClaimPrefetch(refused, "node-a", DRIVER)
+        q.start()
+        try:
+            wait_for(
+                "the refusal said", lambda: any("Pods" in r.getMessage() for r in caplog.records)
+            )
+            time.sleep(0.2)
+            assert asked == ["node-a"], "asked again only after the longest pause"
+            assert _take(q) is None and refused.gets == []
+        finally:
+            q.stop()
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 from typing import Any
+
+import pytest
 
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.apiserver.watchcopy import WatchedCopy
@@ -23,9 +26,12 @@ class _Api:
         self.watched: list[str] = []
         self.events: queue.Queue[Any] = queue.Queue()
         self.refuse: ApiError | None = None
+        self.refuse_list: ApiError | None = None
 
     def list_slices_at(self, driver: str, node: str) -> tuple[list[dict[str, Any]], str]:
         self.lists.append(node)
+        if self.refuse_list is not None:
+            raise self.refuse_list
         return list(self.items), "10"
 
     def watch_slices(self, driver: str, node: str, version: str, seconds: int) -> QueuedWatch:
@@ -95,6 +101,26 @@ def test_without_a_watch_there_is_no_copy_and_it_is_tried_again() -> None:
     finally:
         w.stop()
     assert not w._thread.is_alive()
+
+
+def test_a_forbidden_list_is_said_once_and_asked_again_at_the_longest_pause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RBAC not granted yet (a chart install's binding comes after the pod), or taken
+    away: one ERROR, the list asked again at the longest pause, the copy once allowed."""
+    api = _Api()
+    api.refuse_list = ApiError(403, "Forbidden", "resourceslices is forbidden")
+    with caplog.at_level(logging.ERROR):
+        w, _ = _started(api, backoff=(0.01, 0.05), watching=False)
+        try:
+            wait_for("asked three times", lambda: len(api.lists) >= 3)
+            assert w.snapshot() is None
+            refusals = [r for r in caplog.records if "refused" in r.getMessage()]
+            assert len(refusals) == 1, [r.getMessage() for r in refusals]
+            api.refuse_list = None
+            wait_for("the copy once allowed", lambda: w.snapshot() == {"a": _slice("a", "5")})
+        finally:
+            w.stop()
 
 
 def test_stored_writes_are_in_the_copy_before_their_events() -> None:
