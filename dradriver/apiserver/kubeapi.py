@@ -208,10 +208,15 @@ class KubeApi:
         result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{segment(name)}")
         return result
 
+    def list_at(self, path: str, query: Mapping[str, str]) -> tuple[list[dict[str, Any]], str]:
+        """The objects of the collection at `path` that `query` selects, and the list's
+        resourceVersion (where a watch of the same goes on from)."""
+        result = self.request("GET", path, None, query)
+        return list(result.get("items") or []), str(result["metadata"]["resourceVersion"])
+
     def list_slices_at(self, driver: str, node_name: str) -> tuple[list[dict[str, Any]], str]:
         """The ResourceSlices of `driver` for `node_name`, and the list's resourceVersion."""
-        result = self.request("GET", SLICES, None, slice_selector(driver, node_name))
-        return list(result.get("items") or []), str(result["metadata"]["resourceVersion"])
+        return self.list_at(SLICES, slice_selector(driver, node_name))
 
     def watch_slices(self, driver: str, node_name: str, version: str, seconds: int) -> Watch:
         """Watch the ResourceSlices of `driver` for `node_name` from `version`."""
@@ -220,8 +225,7 @@ class KubeApi:
 
     def list_pods_at(self, node_name: str) -> tuple[list[dict[str, Any]], str]:
         """The Pods bound to `node_name`, and the list's resourceVersion."""
-        result = self.request("GET", PODS, None, pod_selector(node_name))
-        return list(result.get("items") or []), str(result["metadata"]["resourceVersion"])
+        return self.list_at(PODS, pod_selector(node_name))
 
     def watch_pods(self, node_name: str, version: str, seconds: int) -> Watch:
         """Watch the Pods bound to `node_name` from `version`."""

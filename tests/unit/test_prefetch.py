@@ -27,13 +27,19 @@ REF = ClaimRef("ns", "app-nic-x7k2p", CLAIM)
 _NEVER: Future[None] = Future()
 
 
-def _pod(uid: str = POD, version: str = "20", **status: Any) -> dict[str, Any]:
+def _pod(
+    uid: str = POD, version: str = "20", claims: tuple[str, ...] = (), **status: Any
+) -> dict[str, Any]:
+    """A pod bound to node-a with claims made from its templates (REF's name by default)."""
+    names = claims or (REF.name,)
     return {
         "metadata": {"name": "app", "namespace": "ns", "uid": uid, "resourceVersion": version},
         "spec": {"nodeName": "node-a"},
         "status": {
             "phase": "Pending",
-            "resourceClaimStatuses": [{"name": "nic", "resourceClaimName": REF.name}],
+            "resourceClaimStatuses": [
+                {"name": f"nic{i}", "resourceClaimName": n} for i, n in enumerate(names)
+            ],
             **status,
         },
     }
@@ -114,9 +120,7 @@ def test_a_bound_pods_claim_is_read_once_at_its_version_and_answers_the_call(api
         api.events.put({"type": "MODIFIED", "object": _pod(version="31")})
         api.events.put({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "32"}}})
         # A second pod's claim: read after the events before it were handled.
-        second = _pod(uid=OTHER, version="33")
-        second["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = "second-nic"
-        api.events.put({"type": "ADDED", "object": second})
+        api.events.put({"type": "ADDED", "object": _pod(OTHER, "33", ("second-nic",))})
         wait_for("the second pod's claim read", lambda: len(api.gets) == 2)
         assert api.gets == [("ns", REF.name, "20"), ("ns", "second-nic", "33")]
         assert _take(p) is None, "a copy answers one call at most"
@@ -141,9 +145,7 @@ def test_pods_bound_before_the_list_are_not_read(api: _Api) -> None:
     p = _started(api, bind=False)
     try:
         api.events.put({"type": "MODIFIED", "object": _pod(version="31")})
-        second = _pod(uid=OTHER, version="33")
-        second["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = "second-nic"
-        api.events.put({"type": "ADDED", "object": second})
+        api.events.put({"type": "ADDED", "object": _pod(OTHER, "33", ("second-nic",))})
         wait_for("the second pod's claim read", lambda: api.gets)
         assert api.gets == [("ns", "second-nic", "33")]
         assert _take(p) is None
@@ -153,9 +155,7 @@ def test_pods_bound_before_the_list_are_not_read(api: _Api) -> None:
 
 def _then_another_pod(api: _Api, uid: str, reads: int) -> None:
     """Bind another pod and wait for its claim's read: the events before it are handled."""
-    other = _pod(uid=uid, version="50")
-    other["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = f"nic-{uid[:8]}"
-    api.events.put({"type": "ADDED", "object": other})
+    api.events.put({"type": "ADDED", "object": _pod(uid, "50", (f"nic-{uid[:8]}",))})
     wait_for("the other pod's claim read", lambda: len(api.gets) == reads)
 
 
@@ -280,10 +280,7 @@ def test_a_calls_claims_are_taken_together_once_their_reads_end(api: _Api) -> No
     api.release.clear()
     p = _started(api)
     try:
-        second = _pod(version="21")
-        second["status"]["resourceClaimStatuses"].append(
-            {"name": "nic2", "resourceClaimName": "app-nic2-q9w8e"}
-        )
+        second = _pod(version="21", claims=(REF.name, "app-nic2-q9w8e"))
         api.events.put({"type": "MODIFIED", "object": second})
         assert api.started.wait(5)
         other = _claim(uid=OTHER)
