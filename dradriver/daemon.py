@@ -23,6 +23,7 @@ from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.claims import reconcile
+from dradriver.claims.ahead import PrepareAhead
 from dradriver.claims.budget import CallGate
 from dradriver.claims.failures import FailureEvents
 from dradriver.claims.prefetch import ClaimPrefetch
@@ -40,6 +41,7 @@ from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.selfcheck import check_allow_lists, keep_reporting, reporter_for
 from dradriver.settings import Settings
 from dradriver.state.injection import AUTO
+from dradriver.state.records import ClaimRecord
 from dradriver.state.recordstore import RecordStore
 
 logger = logging.getLogger(__name__)
@@ -149,7 +151,7 @@ def run(settings: Settings) -> int:
     )
     gate = CallGate(lock)
     prefetch = ClaimPrefetch(
-        api, settings.node_name, settings.driver_name, enabled=settings.claim_prefetch
+        api, settings.node_name, settings.driver_name, enabled=settings.claim_prefetch != "off"
     )
     preparer = Preparer(
         context=context,
@@ -173,6 +175,7 @@ def run(settings: Settings) -> int:
         report = reconcile.reconcile(
             loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
         )
+    prepare_ahead(settings, preparer, prefetch, metrics, loaded, report.prepared_claims)
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
@@ -196,8 +199,7 @@ def run(settings: Settings) -> int:
         on_registered=ready.marking(publisher.trigger),
         budget_cap=settings.call_budget,
     )
-    status.start()
-    resubmit_status(status, records, report.reprepared_claims)
+    start_status(status, records, report.reprepared_claims)
     publisher.start()
     prefetch.start()
     # The kubelet is served before the runtime has answered the NRI plugin (a socket
@@ -234,8 +236,35 @@ def serve_metrics(addr: str | None) -> Metrics:
     return metrics
 
 
-def resubmit_status(status: StatusWriter, records: RecordStore, uids: Sequence[str]) -> None:
-    """Queue the status of claims prepared again at start-up (their interfaces, MACs, are new)."""
+def prepare_ahead(
+    settings: Settings,
+    preparer: Preparer,
+    prefetch: ClaimPrefetch,
+    metrics: Metrics,
+    loaded: Sequence[ClaimRecord],
+    kept: Sequence[str],
+) -> PrepareAhead:
+    """The worker that prepares claims as they are read ahead (--claim-prefetch prepare)
+    and releases those whose pod is done before the kubelet asked, including those an
+    earlier run prepared ahead (`loaded` records, of which start-up `kept` these)."""
+    ahead = PrepareAhead(
+        preparer,
+        prefetch.take,
+        prefetch.pod,
+        prefetch.in_step,
+        metrics,
+        prepare_new=settings.claim_prefetch == "prepare",
+    )
+    if settings.claim_prefetch != "off":
+        prefetch.on_read, prefetch.on_pods = ahead.claim_read, ahead.pods_changed
+    preparer.ahead.load(r for r in loaded if r.claim.uid in set(kept))
+    return ahead
+
+
+def start_status(status: StatusWriter, records: RecordStore, uids: Sequence[str]) -> None:
+    """Start the status writer with the status of the claims prepared again at start-up
+    queued (their interfaces, MACs, are new)."""
+    status.start()
     for uid in uids:
         with contextlib.suppress(DriverError, OSError):
             if (record := records.load(uid)) is not None:

@@ -41,7 +41,7 @@ class Settings:
     pod_namespace: str | None = None
     virtual_slots: int = 128
     publish_interval: float = 60.0
-    claim_prefetch: bool = True
+    claim_prefetch: str = "prepare"  # off | read | prepare
     device_taint_effect: str | None = "NoSchedule"
     metrics_addr: str | None = None
     healthcheck_port: int = -1
@@ -165,9 +165,10 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
     flag(
         "--claim-prefetch",
         "claim_prefetch",
-        "on",
-        "on: watch the pods bound to this node and read their claims as they are bound, "
-        "not inside the kubelet's prepare call (needs list and watch of pods); off: no",
+        "prepare",
+        "read: watch the pods bound to this node and read their claims as they are "
+        "bound, not inside the kubelet's prepare call (needs list and watch of pods); "
+        "prepare: also prepare them then, before the kubelet asks; off: neither",
     )
     flag(
         "--device-taint-effect",
@@ -287,7 +288,7 @@ def from_args(args: argparse.Namespace) -> Settings:
             "pod_uid": args.pod_uid or None,
             **_pod_settings(args),
             "publish_interval": float(args.publish_interval),
-            "claim_prefetch": _on_off("--claim-prefetch", args.claim_prefetch),
+            "claim_prefetch": _prefetch(args.claim_prefetch),
             "device_taint_effect": _taint_effect(args.device_taint_effect),
             "metrics_addr": args.metrics_addr or None,
             "healthcheck_port": int(args.healthcheck_port),
@@ -300,11 +301,11 @@ def from_args(args: argparse.Namespace) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def _on_off(name: str, value: object) -> bool:
-    """A flag that is on or off, checked."""
-    if str(value) not in ("on", "off"):
-        raise SystemExit(f"{name} must be on or off, got {value!r}")
-    return str(value) == "on"
+def _prefetch(value: object) -> str:
+    """--claim-prefetch, checked: off, read or prepare."""
+    if str(value) not in ("off", "read", "prepare"):
+        raise SystemExit(f"--claim-prefetch must be off, read or prepare, got {value!r}")
+    return str(value)
 
 
 def _taint_effect(value: object) -> str | None:

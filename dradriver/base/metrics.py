@@ -48,6 +48,13 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self.prepared_ahead = Counter(
+            "dra_driver_prepared_ahead",
+            "Claims prepared before the kubelet asked: prepared, used (asked for), "
+            "released (pod done first), failed (the call prepares it again)",
+            ["result"],
+            registry=r,
+        )
         self.call_seconds = Histogram(
             "dra_driver_kubelet_call_seconds",
             "Time from a kubelet call reaching the driver's handler to its answer",

@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -123,7 +123,10 @@ class ClaimPrefetch:
         enabled: bool = True,
     ) -> None:
         """Nothing is read until `start`; when not `enabled` (--claim-prefetch off),
-        never, and every call reads its claims itself."""
+        never, and every call reads its claims itself. `on_read(ref, pod UID)` hears of
+        each claim kept, `on_pods()` of each change of the node's pods (ahead.py)."""
+        self.on_read: Callable[[ClaimRef, str], None] | None = None
+        self.on_pods: Callable[[], None] | None = None
         self._api = api
         self._driver = driver
         self._enabled = enabled
@@ -195,6 +198,14 @@ class ClaimPrefetch:
                 event(log, logging.DEBUG, "prefetched claim not used: reading it", claim=ref.uid)
         return out
 
+    def pod(self, uid: str) -> dict[str, Any] | None:
+        """The watch's copy of a pod of the node (None: not there, or not in step)."""
+        return self._pods.get(uid)
+
+    def in_step(self) -> bool:
+        """Whether the pod watch follows the API server."""
+        return self._pods.in_step()
+
     def held(self) -> int:
         """How many claims are held (read, or being read) for pods on the node."""
         with self._lock:
@@ -229,6 +240,8 @@ class ClaimPrefetch:
             gone = {e.pod_uid for e in self._entries.values() if e.pod_uid not in pods}
         if gone:
             self._forget(gone)
+        if self.on_pods is not None:
+            self.on_pods()
 
     def _forget(self, pod_uids: Iterable[str]) -> None:
         uids = set(pod_uids)
@@ -254,3 +267,6 @@ class ClaimPrefetch:
                 )
                 claim = None
             entry.claim.set_result(claim)
+            if claim is not None and self.on_read is not None:
+                uid = str((claim.get("metadata") or {}).get("uid", ""))
+                self.on_read(ClaimRef(namespace, name, uid), entry.pod_uid)

@@ -30,6 +30,7 @@ from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.base.timing import phase
 from dradriver.claims import resolution
+from dradriver.claims.ahead import AheadBook
 from dradriver.claims.budget import (
     DEFAULT_CALL_BUDGET,
     SHUTTING_DOWN,
@@ -165,6 +166,7 @@ class Preparer:
             metadata_root,
         )
         self._pool: ThreadPoolExecutor | None = None
+        self.ahead = AheadBook()  # claims prepared before the kubelet asked (ahead.py)
 
     # -- prepare -----------------------------------------------------------------------
 
@@ -183,13 +185,20 @@ class Preparer:
         NRI plugin's registration may need it."""
         self._injection.pending()
 
-    def prepare(self, refs: Sequence[ClaimRef], budget: float | None = None) -> dict[str, Outcome]:
+    def prepare(
+        self,
+        refs: Sequence[ClaimRef],
+        budget: float | None = None,
+        ahead: tuple[str, dict[str, Any]] | None = None,
+    ) -> dict[str, Outcome]:
         """Prepare every claim of one kubelet call within `budget` seconds; one bad claim
         never fails the others.
 
         Claims without a record are fetched first, side by side and outside the lock;
         then, under the lock, each claim is prepared from its record or its object.
         A claim whose record went away meanwhile is fetched in a second round.
+        `ahead`: (pod UID, object) of the one claim prepared before the kubelet asks
+        (ahead.py); it is left alone when it has a record, and its failure is not told.
         """
         gate = self.gate
         deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
@@ -197,6 +206,8 @@ class Preparer:
         outcomes: dict[str, Outcome] = {}
         fetched: dict[str, Fetched] = {}
         wanted = [ref for ref in refs if self._needs_claim(ref)]
+        if ahead is not None:
+            fetched, wanted = {ref.uid: Fetched(ahead[1]) for ref in refs}, []
         with gate.call():
             refusal = None
             if not self._injection.wait(deadline, gate.abandon, INJECTION_CHOICE_WAIT):
@@ -210,7 +221,9 @@ class Preparer:
                 if refusal is not None:
                     break
                 try:
-                    wanted = self._prepare_locked(refs, fetched, taken, outcomes, deadline)
+                    wanted = self._prepare_locked(
+                        refs, fetched, taken, outcomes, deadline, ahead and ahead[0]
+                    )
                 finally:
                     gate.release()
                 if not wanted:
@@ -229,6 +242,7 @@ class Preparer:
         taken: dict[tuple[str, str], str],
         outcomes: dict[str, Outcome],
         deadline: Deadline,
+        ahead_for: str | None,
     ) -> list[ClaimRef]:
         """Under the lock: prepare each claim not yet answered, from its record or its
         fetched object; return the claims that need an object this round did not fetch."""
@@ -242,12 +256,14 @@ class Preparer:
                 continue  # a failed fetch is a better answer than "not started"
             claim = fetched[ref.uid].get if ref.uid in fetched else _not_fetched
             try:
-                outcome = self._guarded("prepare", ref, partial(self._prepare, ref, taken, claim))
+                outcome = self._guarded(
+                    "prepare", ref, partial(self._prepare, ref, taken, claim, ahead_for)
+                )
             except _NotFetched:
                 unfetched.append(ref)
                 continue
             outcomes[ref.uid] = outcome
-            if outcome.error is not None and self.failures is not None:
+            if outcome.error is not None and self.failures is not None and not ahead_for:
                 self.failures(ref, outcome.error, fetched.get(ref.uid, _NO_CLAIM).claim)
         return unfetched
 
@@ -261,17 +277,20 @@ class Preparer:
         ref: ClaimRef,
         taken: dict[tuple[str, str], str],
         claim: Callable[[], dict[str, Any]],
+        ahead_for: str | None = None,
     ) -> list[DeviceAnswer]:
         self._check_uid(ref)
         with phase("records"):
             record = self._load(ref)
+        if ahead_for is not None and record is not None:
+            return []  # the kubelet was first (or an earlier prepare): left to its call
         if record is not None and record.phase == PREPARED:
             with phase("records"):
                 _, lost = self.lifecycle.restore_specs(record)
                 self.lifecycle.restore_metadata(record)
                 if lost:  # only a record of an older driver cannot hold its specs
                     event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
-                stale = self.lifecycle.is_intact(record)
+                stale = self.lifecycle.is_intact(record) or self.ahead.kubelet_asks(record)
             if stale is None:
                 event(log, logging.INFO, "already prepared", claim=ref.uid)
                 if self.status is not None and record.devices:
@@ -282,6 +301,7 @@ class Preparer:
             # and prepare again, from the API.
             event(log, logging.WARNING, "stale claim: preparing again", claim=ref.uid, why=stale)
             self.lifecycle.release(record)
+            self.ahead.forget(ref.uid)
             self._count(-1)
         elif record is not None:
             self.lifecycle.roll_back(record)
@@ -297,7 +317,11 @@ class Preparer:
             refuse_oversized(resolved, plans)
             uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
             self._reserve(ref, resolved.pod_uids, uses, taken)
-        record = self.lifecycle.commit(ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim)
+        record = self.lifecycle.commit(
+            ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim, ahead_for=ahead_for
+        )
+        if ahead_for is not None:
+            self.ahead.prepared(ref, ahead_for)
         # Committed: nothing below may turn this prepare into a failure.
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
@@ -339,10 +363,14 @@ class Preparer:
     # -- unprepare ---------------------------------------------------------------------
 
     def unprepare(
-        self, refs: Sequence[ClaimRef], budget: float | None = None
+        self,
+        refs: Sequence[ClaimRef],
+        budget: float | None = None,
+        only: Callable[[ClaimRef], bool] | None = None,
     ) -> dict[str, Outcome]:
         """Unprepare every claim of one kubelet call from local state only, under the
-        lock (waited for at most `budget` seconds).
+        lock (waited for at most `budget` seconds). `only`, asked under the lock, picks
+        the claims to unprepare; the others are answered untouched (ahead.py).
 
         Claims are independent, and the kernel lets link deletions overlap (most of the
         ~15 ms of a deletion is a wait for RCU), so several claims run at once.
@@ -354,6 +382,10 @@ class Preparer:
             if refusal is not None:
                 return {ref.uid: self._refuse("unprepare", ref, refusal) for ref in refs}
             try:
+                if only is not None:
+                    kept = [ref for ref in refs if not only(ref)]
+                    refs = [ref for ref in refs if only(ref)]
+                    return {ref.uid: Outcome([]) for ref in kept} | self._unprepare_all(refs)
                 return self._unprepare_all(refs)
             finally:
                 self.gate.release()
@@ -397,6 +429,7 @@ class Preparer:
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             return []
         self.lifecycle.release(record)
+        self.ahead.forget(ref.uid)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if record.phase == PREPARED:
             self._count(-1)

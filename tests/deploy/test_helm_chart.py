@@ -589,9 +589,9 @@ def test_driver_name_and_namespace_flow_everywhere(helm, k8scheck, tmp_path):
 
 
 def test_pods_are_readable_only_while_claims_are_read_ahead(helm):
-    """settings.claimPrefetch on (the default) grants list and watch of pods, and nothing
-    else of them; off grants no access to pods and tells the driver so; anything else
-    is refused by the schema."""
+    """settings.claimPrefetch prepare (the default) and read grant list and watch of
+    pods, and nothing else of them; off grants no access to pods and tells the driver
+    so; anything else is refused by the schema."""
 
     def pod_rules(docs):
         [role] = by_kind(docs, "ClusterRole")
@@ -600,10 +600,14 @@ def test_pods_are_readable_only_while_claims_are_read_ahead(helm):
     def env(docs):
         return {e["name"]: e.get("value") for e in container(docs)["env"]}
 
-    on = render(helm)
-    assert pod_rules(on) == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
-    assert env(on)["DRA_CLAIM_PREFETCH"] == "on"
+    watching = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    default = render(helm)
+    assert pod_rules(default) == watching
+    assert env(default)["DRA_CLAIM_PREFETCH"] == "prepare"
+    read = render(helm, "--set", "settings.claimPrefetch=read")
+    assert pod_rules(read) == watching
+    assert env(read)["DRA_CLAIM_PREFETCH"] == "read"
     off = render(helm, "--set", "settings.claimPrefetch=off")
     assert pod_rules(off) == []
     assert env(off)["DRA_CLAIM_PREFETCH"] == "off"
-    assert "/settings/claimPrefetch" in refused(helm, "--set", "settings.claimPrefetch=yes")
+    assert "/settings/claimPrefetch" in refused(helm, "--set", "settings.claimPrefetch=on")

@@ -71,8 +71,8 @@ def _claim_reads(audit: AuditLog) -> list[str]:
 
 def test_a_claims_lifecycle_costs_two_requests(cluster: Cluster, node: Node, kns: str) -> None:
     """The claim is read when its pod is bound here, at the binding's version (from the
-    API server's cache), so the prepare asks nothing; the status writer applies the
-    status; unprepare asks nothing."""
+    API server's cache), and prepared then, so the kubelet's prepare finds it prepared
+    and asks nothing; the status writer applies the status; unprepare asks nothing."""
     audit = cluster.cp.audit
     d = node.start_driver()
     wait_for("the driver's slice", cluster.slices)
@@ -85,8 +85,9 @@ def test_a_claims_lifecycle_costs_two_requests(cluster: Cluster, node: Node, kns
     name = claim["metadata"]["name"]
     [read] = wait_for("the claim read ahead", lambda: _claim_reads(audit), 10)
     assert f"/resourceclaims/{name}?resourceVersion=" in read
-    time.sleep(0.5)
+    ahead = wait_for("the claim prepared ahead", node.tagged, 10)
     check_answer(d.prepare([claim]), [claim])
+    assert node.tagged() == ahead
     wait_for(
         "the claim's status",
         lambda: (cluster.claim(kns, name).get("status") or {}).get("devices"),
@@ -122,3 +123,26 @@ def test_a_claim_of_a_pod_being_deleted_is_read_in_the_call(
     assert "resourceVersion" not in read, read
     assert d.unprepare([claim]).claims[claim["metadata"]["uid"]].error == ""
     cluster.finish_pod_deletion(kns, "app")
+
+
+def test_a_claim_prepared_ahead_is_released_when_its_pod_goes_first(
+    cluster: Cluster, node: Node, kns: str
+) -> None:
+    """The kubelet never unprepares a claim it did not ask for: when the pod is deleted
+    before it asks, the driver releases the claim it prepared ahead by itself."""
+    audit = cluster.cp.audit
+    d = node.start_driver()
+    wait_for("the driver's pod watch", lambda: audit.counts(USER)["watch pods"], 10)
+    cluster.apply(veth_template(kns))
+    cluster.apply(claim_pod(kns, "app"))
+    pod = cluster.wait_bound(kns, "app")
+    [claim] = cluster.kubelet_claims(pod)
+    wait_for("the claim prepared ahead", node.tagged, 10)
+    assert list(d.state.glob("*.json")) and list(d.cdi.glob("*.json"))
+    cluster.delete(f"/api/v1/namespaces/{kns}/pods/app")
+    cluster.finish_pod_deletion(kns, "app")
+    wait_for("the claim released", lambda: node.tagged() == {}, 10, log=d.log)
+    wait_for("its files gone", lambda: not list(d.state.glob("*.json")), 10, log=d.log)
+    assert not list(d.cdi.glob("*.json"))
+    assert "released a claim prepared ahead" in d.log()
+    cluster.wait_claims_released(kns, [claim["metadata"]["name"]])

@@ -247,9 +247,10 @@ def test_device_taint_effect_is_one_of_the_apis_or_none(monkeypatch):
         _parse(["--node-name", "n", "--device-taint-effect", "noschedule"], {}, monkeypatch)
 
 
-def test_claim_prefetch_is_on_or_off(monkeypatch):
-    assert _parse(["--node-name", "n"], {}, monkeypatch).claim_prefetch is True
-    s = _parse(["--node-name", "n"], {"DRA_CLAIM_PREFETCH": "off"}, monkeypatch)
-    assert s.claim_prefetch is False
-    with pytest.raises(SystemExit, match="--claim-prefetch must be on or off, got 'no'"):
-        _parse(["--node-name", "n", "--claim-prefetch", "no"], {}, monkeypatch)
+def test_claim_prefetch_is_off_read_or_prepare(monkeypatch):
+    assert _parse(["--node-name", "n"], {}, monkeypatch).claim_prefetch == "prepare"
+    for value in ("off", "read"):
+        s = _parse(["--node-name", "n"], {"DRA_CLAIM_PREFETCH": value}, monkeypatch)
+        assert s.claim_prefetch == value
+    with pytest.raises(SystemExit, match="--claim-prefetch must be off, read or prepare, got 'on'"):
+        _parse(["--node-name", "n", "--claim-prefetch", "on"], {}, monkeypatch)
