@@ -258,6 +258,16 @@ def prepare_ahead(
     if settings.claim_prefetch != "off":
         prefetch.on_read, prefetch.on_pods = ahead.claim_read, ahead.pods_changed
     preparer.ahead.load(r for r in loaded if r.claim.uid in set(kept))
+    pending = preparer.ahead.pending_claims()
+    if pending and settings.claim_prefetch == "off":
+        event(
+            logger,
+            logging.WARNING,
+            "claims prepared ahead by an earlier run: without a pod watch (--claim-prefetch "
+            "off) they are released only if the kubelet asks for them and then unprepares "
+            "them; start with --claim-prefetch read to have those of ended pods released",
+            claims=",".join(ref.uid for ref, _ in pending),
+        )
     return ahead
 
 

@@ -146,3 +146,29 @@ def test_a_claim_prepared_ahead_is_released_when_its_pod_goes_first(
     assert not list(d.cdi.glob("*.json"))
     assert "released a claim prepared ahead" in d.log()
     cluster.wait_claims_released(kns, [claim["metadata"]["name"]])
+
+
+def test_a_claim_prepared_ahead_before_a_crash_is_released_after_it(
+    cluster: Cluster, node: Node, kns: str
+) -> None:
+    """SIGKILL after a claim was prepared ahead, the pod deleted while the driver is
+    down: the restarted driver finds the mark in the record and releases the claim when
+    its first pod list shows the pod gone."""
+    audit = cluster.cp.audit
+    d = node.start_driver()
+    wait_for("the driver's pod watch", lambda: audit.counts(USER)["watch pods"], 10)
+    cluster.apply(veth_template(kns))
+    cluster.apply(claim_pod(kns, "app"))
+    pod = cluster.wait_bound(kns, "app")
+    [claim] = cluster.kubelet_claims(pod)
+    ahead = wait_for("the claim prepared ahead", node.tagged, 10)
+    wait_for("its record", lambda: list(d.state.glob("*.json")), 10)
+    d.kill()
+    cluster.delete(f"/api/v1/namespaces/{kns}/pods/app")
+    cluster.finish_pod_deletion(kns, "app")
+    assert node.tagged() == ahead  # nobody released it while the driver was down
+    node.restart(d)
+    wait_for("the claim released", lambda: node.tagged() == {}, 15, log=d.log)
+    wait_for("its files gone", lambda: not list(d.state.glob("*.json")), 10, log=d.log)
+    assert not list(d.cdi.glob("*.json"))
+    cluster.wait_claims_released(kns, [claim["metadata"]["name"]])

@@ -293,3 +293,30 @@ def test_a_calls_claims_are_taken_together_once_their_reads_end(api: _Api) -> No
     finally:
         api.release.set()
         p.stop()
+
+
+def test_a_kept_claim_and_every_pod_change_are_told_to_the_hooks(api: _Api) -> None:
+    """`on_read` hears of each claim kept, with its pod (ahead.py prepares it); not of
+    another driver's; `on_pods` of every change of the node's pods."""
+    other = _claim(uid=OTHER)
+    other["metadata"]["name"] = "theirs"
+    other["status"]["allocation"]["devices"]["results"] = [{"driver": "other.example.com"}]
+    api.by_name["theirs"] = other
+    p = ClaimPrefetch(api, "node-a", DRIVER)
+    read: list[tuple[ClaimRef, str]] = []
+    changes: list[int] = []
+    p.on_read = lambda ref, pod: read.append((ref, pod))
+    p.on_pods = lambda: changes.append(len(changes))
+    p.start()
+    try:
+        assert api.watching.wait(5)
+        listed = len(changes)
+        assert listed >= 1  # the list
+        api.events.put({"type": "ADDED", "object": _pod(claims=(REF.name, "theirs"))})
+        wait_for("both read", lambda: len(api.gets) == 2)
+        wait_for("the kept one told", lambda: read)
+        time.sleep(0.1)
+        assert read == [(REF, POD)]
+        assert len(changes) == listed + 1
+    finally:
+        p.stop()
