@@ -250,15 +250,15 @@ def prepare_ahead(
     ahead = PrepareAhead(
         preparer,
         prefetch.take,
-        prefetch.pod,
-        prefetch.in_step,
+        prefetch.pods,
         metrics,
         prepare_new=settings.claim_prefetch == "prepare",
     )
     if settings.claim_prefetch != "off":
         prefetch.on_read, prefetch.on_pods = ahead.claim_read, ahead.pods_changed
-    preparer.ahead.load(r for r in loaded if r.claim.uid in set(kept))
-    pending = preparer.ahead.pending_claims()
+    kept_uids = set(kept)
+    preparer.ahead.load(r for r in loaded if r.claim.uid in kept_uids)
+    pending = preparer.ahead.candidates()
     if pending and settings.claim_prefetch == "off":
         event(
             logger,
@@ -266,7 +266,7 @@ def prepare_ahead(
             "claims prepared ahead by an earlier run: without a pod watch (--claim-prefetch "
             "off) they are released only if the kubelet asks for them and then unprepares "
             "them; start with --claim-prefetch read to have those of ended pods released",
-            claims=",".join(ref.uid for ref, _ in pending),
+            claims=",".join(sorted(pending)),
         )
     return ahead
 

@@ -302,7 +302,10 @@ def from_args(args: argparse.Namespace) -> Settings:
 
 
 def _prefetch(value: object) -> str:
-    """--claim-prefetch, checked: off, read or prepare."""
+    """--claim-prefetch, checked: off, read or prepare (`on`, which earlier manifests
+    set, is read)."""
+    if str(value) == "on":
+        return "read"
     if str(value) not in ("off", "read", "prepare"):
         raise SystemExit(f"--claim-prefetch must be off, read or prepare, got {value!r}")
     return str(value)

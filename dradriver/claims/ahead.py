@@ -9,11 +9,14 @@ accepts, under the same lock, with the same record, which also names the pod it 
 prepared for (`preparedAhead`). The kubelet's call then finds the claim prepared and
 answers from its record.
 
-The kubelet never unprepares a claim it did not ask for, so until it asks the claim is
-the driver's to release: when its pod is deleted, or Succeeded or Failed, the driver
-unprepares it itself. When the kubelet asks, the record's mark is dropped after the
-answer. A call for a claim whose pod is no longer alive does not take the prepared
-claim: it is released and prepared again from a GET, as without prefetching.
+The record's mark is the only truth, shared by every instance on the node (a rolling
+update) and kept across restarts: the kubelet's call drops it, under the serialisation
+lock, before it answers; from then on the claim is the kubelet's. A call for a claim
+whose pod is no longer alive does not take the prepared claim: it is released and
+prepared again from a GET, as without prefetching. The kubelet never unprepares a claim
+it did not ask for, so while the mark is there the claim is the driver's to release:
+when its pod is deleted, or Succeeded or Failed, the driver unprepares it, after
+reading the mark again under the lock.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, Protocol
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
-from dradriver.claims.budget import CallGate, Deadline
+from dradriver.claims.budget import Deadline
 from dradriver.claims.fetch import Early
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.state.records import PREPARED, ClaimRecord
@@ -39,9 +42,11 @@ from dradriver.state.recordstore import RecordStore
 log = logging.getLogger(__name__)
 
 AHEAD = "preparedAhead"  # a record's field: the UID of the pod it was prepared ahead for
-BUDGET = 10.0  # longest an ahead prepare, a release or a mark's drop waits for the lock
-SETTLE = 0.05  # a mark is dropped this long after the kubelet asked: off its call
+BUDGET = 10.0  # longest an ahead prepare or a release waits for the lock
+RETRY = 5.0  # a release that could not be made is tried again this much later
 _NEVER: Future[None] = Future()  # nothing abandons a worker's wait
+
+Pods = Callable[[], Mapping[str, Mapping[str, Any]] | None]  # the pod watch's copy, by UID
 
 
 def done(pod: Mapping[str, Any] | None) -> bool:
@@ -49,67 +54,80 @@ def done(pod: Mapping[str, Any] | None) -> bool:
     return pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-class AheadBook:
-    """The claims prepared ahead that the kubelet has not asked for, in memory (from the
-    records' marks at start). `asked` and `pending` are consulted under the serialisation
-    lock, so a release and the kubelet's call never both act on one claim."""
+def alive(pod: Mapping[str, Any] | None) -> bool:
+    """Whether a pod still runs: known, not being deleted, not done."""
+    return (
+        pod is not None
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        and (not done(pod))
+    )
 
-    def __init__(self) -> None:
-        """Empty; `pod_alive` tells whether a pod still runs (None: no pod watch)."""
+
+def ahead_of(record: ClaimRecord | None) -> str | None:
+    """The pod a prepared record was prepared ahead for, while the kubelet has not asked."""
+    if record is None or record.phase != PREPARED:
+        return None
+    pod = record.extra.get(AHEAD)
+    return str(pod) if pod else None
+
+
+class AheadBook:
+    """Which claims may be prepared ahead and not asked for: candidates for a release
+    (the records' marks decide), and the pod watch's view of their pods."""
+
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        """Empty, with no pod watch: every pod counts as not running."""
         self._mu = threading.Lock()
-        self._pending: dict[str, tuple[ClaimRef, str]] = {}  # claim UID -> (ref, pod UID)
-        self.pod_alive: Callable[[str], bool] | None = None
-        self.on_asked: Callable[[str], None] | None = None  # a mark to drop
+        self._candidates: dict[str, str] = {}  # claim UID -> pod UID
+        self._metrics = metrics
+        self.pods: Pods = lambda: None
 
     def load(self, records: Iterable[ClaimRecord]) -> None:
         """Take up the marks of the records kept across a restart."""
         for record in records:
-            if record.phase == PREPARED and record.extra.get(AHEAD):
-                self.prepared(record.claim, str(record.extra[AHEAD]))
+            if (pod := ahead_of(record)) is not None:
+                self.prepared(record.claim.uid, pod)
 
-    def prepared(self, ref: ClaimRef, pod_uid: str) -> None:
-        """A claim was just prepared ahead for `pod_uid`."""
+    def prepared(self, uid: str, pod_uid: str) -> None:
+        """A claim was prepared ahead for `pod_uid` (or found so)."""
         with self._mu:
-            self._pending[ref.uid] = (ref, pod_uid)
+            self._candidates[uid] = pod_uid
 
-    def pending(self, uid: str) -> bool:
-        """Whether the claim is prepared ahead and not asked for."""
+    def candidates(self) -> dict[str, str]:
+        """Claim UID -> pod UID of the claims that may still be prepared ahead."""
         with self._mu:
-            return uid in self._pending
-
-    def pending_claims(self) -> list[tuple[ClaimRef, str]]:
-        """(ref, pod UID) of every claim prepared ahead and not asked for."""
-        with self._mu:
-            return list(self._pending.values())
+            return dict(self._candidates)
 
     def forget(self, uid: str) -> None:
-        """The claim was unprepared."""
+        """The claim was unprepared, or the kubelet took it."""
         with self._mu:
-            self._pending.pop(uid, None)
+            self._candidates.pop(uid, None)
 
-    def kubelet_asks(self, record: ClaimRecord) -> str | None:
-        """The kubelet asks for a prepared claim: None when the record is its answer, or
-        why not (prepared ahead for a pod that no longer runs: prepare it again)."""
-        pod_uid = record.extra.get(AHEAD)
-        if not pod_uid:
+    def refusal(self, record: ClaimRecord) -> str | None:
+        """Why the kubelet's call may not answer from a claim prepared ahead (its pod no
+        longer runs, or the pod watch cannot say), or None."""
+        pod = ahead_of(record)
+        if pod is None:
             return None
-        with self._mu:
-            if record.claim.uid not in self._pending:
-                return None  # asked before: its mark is being dropped
-            alive = self.pod_alive
-            if alive is not None and not alive(str(pod_uid)):
-                del self._pending[record.claim.uid]
-                return f"it was prepared ahead for pod {pod_uid}, which no longer runs"
-            del self._pending[record.claim.uid]
-        if self.on_asked is not None:
-            self.on_asked(record.claim.uid)
-        return None
+        pods = self.pods()
+        if pods is not None and alive(pods.get(pod)):
+            return None
+        return f"it was prepared ahead for pod {pod}, which the driver does not see running"
+
+    def hand_over(self, record: ClaimRecord, records: RecordStore) -> None:
+        """The kubelet's call answers from a claim prepared ahead: drop the record's mark
+        (under the lock, before the answer); the claim is the kubelet's from now on."""
+        if record.extra.pop(AHEAD, None) is None:
+            return
+        records.save(record, durable=False)
+        self.forget(record.claim.uid)
+        if self._metrics is not None:
+            self._metrics.prepared_ahead.labels("used").inc()
 
 
 class AheadPreparer(Protocol):
     """What preparing ahead needs of the Preparer."""
 
-    gate: CallGate
     records: RecordStore
     ahead: AheadBook
 
@@ -131,40 +149,36 @@ class AheadPreparer(Protocol):
 
 
 class PrepareAhead:
-    """The worker that prepares claims as they are read ahead, releases those whose pod
-    is done before the kubelet asked, and drops the marks of those it asked for."""
+    """The worker that prepares claims as they are read ahead and releases those whose
+    pod is done before the kubelet asked."""
 
     def __init__(
         self,
         preparer: AheadPreparer,
         take: Early,
-        pod: Callable[[str], Mapping[str, Any] | None],
-        in_step: Callable[[], bool],
+        pods: Pods,
         metrics: Metrics | None = None,
         prepare_new: bool = True,
     ) -> None:
-        """`take` hands out the copies read ahead (prefetch.py), `pod` is the pod watch's
-        copy of a pod and `in_step` whether that copy follows the API server; without
-        `prepare_new` (--claim-prefetch read) only the claims prepared ahead by an earlier
-        run are looked after."""
+        """`take` hands out the copies read ahead and `pods` is the pod watch's copy
+        (prefetch.py); without `prepare_new` (--claim-prefetch read) only the claims
+        prepared ahead by an earlier run are looked after."""
         self._preparer = preparer
         self._take = take
-        self._pod = pod
-        self._in_step = in_step
+        self._pods = pods
         self._metrics = metrics
         self._prepare_new = prepare_new
         self._jobs: queue.SimpleQueue[tuple[float, Callable[[], None]] | None] = queue.SimpleQueue()
+        self._mu = threading.Lock()
         self._releasing: set[str] = set()
-        self._starting = threading.Lock()
         self._stopped = False
         self._thread = threading.Thread(target=self._work, name="prepare-ahead", daemon=True)
-        preparer.ahead.pod_alive = self._alive
-        preparer.ahead.on_asked = self._asked
+        preparer.ahead.pods = pods
 
     def stop(self) -> None:
         """End the worker after the jobs queued (a job after the driver's drain is
-        refused by its gate; the worker is a daemon thread)."""
-        with self._starting:
+        refused by its gate)."""
+        with self._mu:
             self._stopped = True
         if self._thread.is_alive():
             self._jobs.put(None)
@@ -175,31 +189,27 @@ class PrepareAhead:
         if self._prepare_new:
             self._later(0.0, partial(self._prepare, ref, pod_uid))
 
-    def pods_changed(self) -> None:
-        """Release the claims prepared ahead whose pod is done (the pod watch's hook)."""
-        if not self._in_step():
-            return
-        for ref, pod_uid in self._preparer.ahead.pending_claims():
-            if ref.uid not in self._releasing and done(self._pod(pod_uid)):
-                self._releasing.add(ref.uid)
-                self._later(0.0, partial(self._release, ref))
-
-    def _alive(self, pod_uid: str) -> bool:
-        pod = self._pod(pod_uid)
-        if pod is None and not self._in_step():
-            return False  # not known: the call reads the claim itself
-        return (
-            pod is not None
-            and not (pod.get("metadata") or {}).get("deletionTimestamp")
-            and (not done(pod))
-        )
-
-    def _asked(self, uid: str) -> None:
-        self._count("used")
-        self._later(SETTLE, partial(self._drop_mark, uid))
+    def pods_changed(self, ended: Iterable[str] = ()) -> None:
+        """Release the claims prepared ahead whose pod is done: those this instance
+        knows of, and those indexed under the pods that just `ended` (another instance
+        may have prepared them). The pod watch's hook."""
+        pods = self._pods()
+        if pods is None:
+            return  # not in step: nothing can be said of any pod
+        candidates = self._preparer.ahead.candidates()
+        for pod_uid in ended:
+            for uid in self._preparer.records.claims_of_pod(pod_uid):
+                candidates.setdefault(uid, pod_uid)
+        for uid, pod_uid in candidates.items():
+            if done(pods.get(pod_uid)):
+                with self._mu:
+                    if uid in self._releasing:
+                        continue
+                    self._releasing.add(uid)
+                self._later(0.0, partial(self._release, uid, pod_uid))
 
     def _later(self, delay: float, job: Callable[[], None]) -> None:
-        with self._starting:
+        with self._mu:
             if self._stopped:
                 return
             if not self._thread.is_alive():
@@ -224,37 +234,54 @@ class PrepareAhead:
         if ref.uid not in copies:
             return  # the kubelet's call took it first, or it is no longer usable
         outcome = self._preparer.prepare([ref], BUDGET, ahead=(pod_uid, copies[ref.uid]))
-        if self._preparer.ahead.pending(ref.uid):
+        answer = outcome.get(ref.uid)
+        if getattr(answer, "error", None):
+            self._count("failed")  # the kubelet's call prepares it again and says why
+        elif getattr(answer, "devices", None):
             self._count("prepared")
             event(log, logging.INFO, "prepared ahead", claim=ref.uid, ref=str(ref), pod=pod_uid)
-        elif getattr(outcome.get(ref.uid), "error", None):
-            self._count("failed")  # the kubelet's call prepares it again and says why
         self.pods_changed()  # the pod may have gone while it was prepared
 
-    def _release(self, ref: ClaimRef) -> None:
-        try:
-            outcome = self._preparer.unprepare(
-                [ref], BUDGET, only=lambda r: self._preparer.ahead.pending(r.uid)
-            )
-        finally:
-            self._releasing.discard(ref.uid)
-        if getattr(outcome.get(ref.uid), "error", None):
-            return  # logged by the unprepare; the next pod event tries again
-        self._count("released")
-        event(log, logging.INFO, "released a claim prepared ahead: its pod is done", claim=ref.uid)
+    def _release(self, uid: str, pod_uid: str) -> None:
+        """Unprepare a claim whose mark still names `pod_uid` (read again under the
+        lock): the kubelet has not asked for it and its pod is done."""
+        released: list[str] = []
 
-    def _drop_mark(self, uid: str) -> None:
-        """Rewrite the record without its mark: the kubelet owns the claim now."""
-        gate, records = self._preparer.gate, self._preparer.records
-        with gate.call():
-            if gate.acquire(Deadline.after(BUDGET)) is not None:
-                return  # stopping: the next start takes the mark up again
-            try:
-                record = records.load(uid)
-                if record is not None and record.extra.pop(AHEAD, None) is not None:
-                    records.save(record, durable=False)
-            except (OSError, DriverError) as exc:
-                event(log, logging.WARNING, "dropping a claim's ahead mark failed", claim=uid,
-                      error=exc)  # fmt: skip
-            finally:
-                gate.release()
+        def still_ahead(ref: ClaimRef) -> bool:
+            if self._marked(ref.uid) != pod_uid:
+                return False
+            released.append(ref.uid)
+            return True
+
+        try:
+            record = self._preparer.records.load(uid)
+            if ahead_of(record) != pod_uid or record is None:
+                self._preparer.ahead.forget(uid)  # asked for, unprepared, or not ahead
+                return
+            answer = self._preparer.unprepare([record.claim], BUDGET, only=still_ahead).get(uid)
+        except (OSError, DriverError) as exc:
+            answer, released = None, []
+            event(log, logging.WARNING, "reading a claim prepared ahead failed", claim=uid,
+                  error=exc)  # fmt: skip
+        finally:
+            with self._mu:
+                self._releasing.discard(uid)
+        if released and not getattr(answer, "error", None):
+            self._count("released")
+            event(log, logging.INFO, "released a claim prepared ahead: its pod is done",
+                  claim=uid, pod=pod_uid)  # fmt: skip
+        elif answer is None or getattr(answer, "error", None):
+            self._later(RETRY, partial(self._retry, uid, pod_uid))  # logged by unprepare
+
+    def _retry(self, uid: str, pod_uid: str) -> None:
+        with self._mu:
+            if uid in self._releasing:
+                return
+            self._releasing.add(uid)
+        self._release(uid, pod_uid)
+
+    def _marked(self, uid: str) -> str | None:
+        try:
+            return ahead_of(self._preparer.records.load(uid))
+        except (OSError, DriverError):
+            return None

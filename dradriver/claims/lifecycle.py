@@ -123,6 +123,8 @@ class ClaimLifecycle:
             ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id, injection=mode
         )
         record.pod_claim_name = replacing.pod_claim_name if replacing else pod_claim
+        if replacing is not None and replacing.extra.get(AHEAD):
+            ahead_for = str(replacing.extra[AHEAD])  # a repair keeps the claim the driver's
         if ahead_for is not None:
             record.extra[AHEAD] = ahead_for
         if replacing is not None:

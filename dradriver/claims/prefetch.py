@@ -39,6 +39,7 @@ _NOTHING.set_result(None)
 WORKERS = 2
 GET_TIMEOUT = 5.0  # a GET at a resourceVersion waits for the cache to reach it (up to 3 s)
 WAIT = 1.0  # longest a call waits for a GET in flight before it makes its own
+_DONE = ("Succeeded", "Failed")
 
 
 class PrefetchApi(Protocol):
@@ -124,9 +125,11 @@ class ClaimPrefetch:
     ) -> None:
         """Nothing is read until `start`; when not `enabled` (--claim-prefetch off),
         never, and every call reads its claims itself. `on_read(ref, pod UID)` hears of
-        each claim kept, `on_pods()` of each change of the node's pods (ahead.py)."""
+        each claim kept, `on_pods(ended)` of each change of the node's pods, with the
+        UIDs of the pods an event said were removed, Succeeded or Failed (ahead.py)."""
         self.on_read: Callable[[ClaimRef, str], None] | None = None
-        self.on_pods: Callable[[], None] | None = None
+        self.on_pods: Callable[[set[str]], None] | None = None
+        self._ended: set[str] = set()  # by the event being handled (the watch's thread)
         self._api = api
         self._driver = driver
         self._enabled = enabled
@@ -198,13 +201,9 @@ class ClaimPrefetch:
                 event(log, logging.DEBUG, "prefetched claim not used: reading it", claim=ref.uid)
         return out
 
-    def pod(self, uid: str) -> dict[str, Any] | None:
-        """The watch's copy of a pod of the node (None: not there, or not in step)."""
-        return self._pods.get(uid)
-
-    def in_step(self) -> bool:
-        """Whether the pod watch follows the API server."""
-        return self._pods.in_step()
+    def pods(self) -> dict[str, dict[str, Any]] | None:
+        """The watch's copy of the node's pods by UID (None: not in step)."""
+        return self._pods.snapshot()
 
     def held(self) -> int:
         """How many claims are held (read, or being read) for pods on the node."""
@@ -218,6 +217,8 @@ class ClaimPrefetch:
         uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
         if kind == "DELETED" or not alive(pod):
             self._forget({uid})
+            if kind == "DELETED" or (pod.get("status") or {}).get("phase") in _DONE:
+                self._ended.add(uid)
             return
         version = str(meta.get("resourceVersion", ""))
         for name in generated_claims(pod):
@@ -240,8 +241,9 @@ class ClaimPrefetch:
             gone = {e.pod_uid for e in self._entries.values() if e.pod_uid not in pods}
         if gone:
             self._forget(gone)
+        ended, self._ended = self._ended, set()
         if self.on_pods is not None:
-            self.on_pods()
+            self.on_pods(ended)
 
     def _forget(self, pod_uids: Iterable[str]) -> None:
         uids = set(pod_uids)

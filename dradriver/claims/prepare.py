@@ -166,7 +166,7 @@ class Preparer:
             metadata_root,
         )
         self._pool: ThreadPoolExecutor | None = None
-        self.ahead = AheadBook()  # claims prepared before the kubelet asked (ahead.py)
+        self.ahead = AheadBook(metrics)  # claims prepared before the kubelet asked (ahead.py)
 
     # -- prepare -----------------------------------------------------------------------
 
@@ -232,7 +232,7 @@ class Preparer:
         refusal = refusal or "its allocation record changed while the call ran; the kubelet retries"
         for ref in refs:
             if ref.uid not in outcomes:
-                outcomes[ref.uid] = self._refuse("prepare", ref, refusal)
+                outcomes[ref.uid] = self._refuse(_operation(ahead), ref, refusal)
         return {ref.uid: outcomes[ref.uid] for ref in refs}
 
     def _prepare_locked(
@@ -252,12 +252,14 @@ class Preparer:
                 continue
             failed = ref.uid in fetched and fetched[ref.uid].error is not None
             if not failed and (stop := self.gate.stop_reason(deadline)) is not None:
-                outcomes[ref.uid] = self._refuse("prepare", ref, stop)
+                outcomes[ref.uid] = self._refuse(_operation(ahead_for), ref, stop)
                 continue  # a failed fetch is a better answer than "not started"
             claim = fetched[ref.uid].get if ref.uid in fetched else _not_fetched
             try:
                 outcome = self._guarded(
-                    "prepare", ref, partial(self._prepare, ref, taken, claim, ahead_for)
+                    _operation(ahead_for),
+                    ref,
+                    partial(self._prepare, ref, taken, claim, ahead_for),
                 )
             except _NotFetched:
                 unfetched.append(ref)
@@ -290,8 +292,10 @@ class Preparer:
                 self.lifecycle.restore_metadata(record)
                 if lost:  # only a record of an older driver cannot hold its specs
                     event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
-                stale = self.lifecycle.is_intact(record) or self.ahead.kubelet_asks(record)
+                stale = self.lifecycle.is_intact(record) or self.ahead.refusal(record)
             if stale is None:
+                with phase("commit"):
+                    self.ahead.hand_over(record, self.records)
                 event(log, logging.INFO, "already prepared", claim=ref.uid)
                 if self.status is not None and record.devices:
                     self.status.resubmit(record)  # a status that failed to write gets written
@@ -321,7 +325,7 @@ class Preparer:
             ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim, ahead_for=ahead_for
         )
         if ahead_for is not None:
-            self.ahead.prepared(ref, ahead_for)
+            self.ahead.prepared(ref.uid, ahead_for)
         # Committed: nothing below may turn this prepare into a failure.
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
@@ -478,6 +482,11 @@ class Preparer:
             return self.records.load(ref.uid)
         except CorruptRecord:
             return None
+
+
+def _operation(ahead: object) -> str:
+    """How a prepare is named in logs and metrics: the kubelet's, or one made ahead."""
+    return "prepare ahead" if ahead else "prepare"
 
 
 def record_names(record: ClaimRecord) -> list[tuple[str, list[str]]]:

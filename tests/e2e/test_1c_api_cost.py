@@ -161,8 +161,9 @@ def test_a_claim_prepared_ahead_before_a_crash_is_released_after_it(
     cluster.apply(claim_pod(kns, "app"))
     pod = cluster.wait_bound(kns, "app")
     [claim] = cluster.kubelet_claims(pod)
-    ahead = wait_for("the claim prepared ahead", node.tagged, 10)
-    wait_for("its record", lambda: list(d.state.glob("*.json")), 10)
+    wait_for("the claim prepared ahead", lambda: 'msg="prepared ahead"' in d.log(), 10)
+    ahead = node.tagged()
+    assert ahead
     d.kill()
     cluster.delete(f"/api/v1/namespaces/{kns}/pods/app")
     cluster.finish_pod_deletion(kns, "app")

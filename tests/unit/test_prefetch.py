@@ -304,9 +304,9 @@ def test_a_kept_claim_and_every_pod_change_are_told_to_the_hooks(api: _Api) -> N
     api.by_name["theirs"] = other
     p = ClaimPrefetch(api, "node-a", DRIVER)
     read: list[tuple[ClaimRef, str]] = []
-    changes: list[int] = []
+    changes: list[set[str]] = []
     p.on_read = lambda ref, pod: read.append((ref, pod))
-    p.on_pods = lambda: changes.append(len(changes))
+    p.on_pods = changes.append
     p.start()
     try:
         assert api.watching.wait(5)
@@ -317,6 +317,10 @@ def test_a_kept_claim_and_every_pod_change_are_told_to_the_hooks(api: _Api) -> N
         wait_for("the kept one told", lambda: read)
         time.sleep(0.1)
         assert read == [(REF, POD)]
-        assert len(changes) == listed + 1
+        assert changes[listed:] == [set()]
+        api.events.put({"type": "MODIFIED", "object": _pod(version="32", phase="Failed")})
+        api.events.put({"type": "DELETED", "object": _pod(uid=OTHER, version="33")})
+        wait_for("both ends told", lambda: len(changes) == listed + 3)
+        assert changes[listed + 1 :] == [{POD}, {OTHER}]
     finally:
         p.stop()

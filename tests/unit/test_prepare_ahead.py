@@ -1,8 +1,9 @@
 """Claims prepared before the kubelet asks (dradriver/claims/ahead.py), in-process against
 the in-memory kernel and real files: the kubelet's call answers from the record without
 reading the claim, a claim whose pod is done before the kubelet asked is released by the
-driver, one the kubelet asked for is left to the kubelet, and a call for a pod that no
-longer runs prepares the claim again from the API."""
+driver (by any instance on the node, and after a restart or a reboot), one the kubelet
+asked for is left to the kubelet, and a call for a pod that no longer runs prepares the
+claim again from the API."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from dradriver.base.metrics import Metrics
-from dradriver.claims.ahead import AHEAD, PrepareAhead
+from dradriver.claims import reconcile
+from dradriver.claims.ahead import AHEAD, AheadBook, PrepareAhead
 from dradriver.claims.budget import Deadline
 from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef
 from tests.support.statenode import (
+    DRIVER,
     POD,
     UID,
     Node,
@@ -49,15 +52,19 @@ class Pods:
                 out[ref.uid] = self.node.api.fake.claim(ref.namespace, ref.name)
         return out
 
-    def pod(self, uid: str) -> Mapping[str, Any] | None:
-        return self.pods.get(uid)
+    def snapshot(self) -> Mapping[str, Mapping[str, Any]]:
+        return copy.deepcopy(self.pods)
 
 
 def wired(node: Node, preparer: Preparer | None = None) -> tuple[Preparer, Pods, PrepareAhead]:
-    preparer = preparer or node.preparer()
-    pods = Pods(node)
+    """A Preparer (a new one unless given) with its ahead worker, wired as the daemon does."""
     metrics = Metrics()
-    ahead = PrepareAhead(preparer, pods.take, pods.pod, lambda: True, metrics)
+    if preparer is None:
+        preparer = node.preparer()
+        preparer.ahead = AheadBook(metrics)
+    pods = Pods(node)
+    ahead = PrepareAhead(preparer, pods.take, pods.snapshot, metrics)
+    ahead._metrics = preparer.ahead._metrics = metrics
     return preparer, pods, ahead
 
 
@@ -65,6 +72,11 @@ def counted(ahead: PrepareAhead, result: str) -> float:
     metrics = ahead._metrics
     assert metrics is not None
     return float(metrics.prepared_ahead.labels(result)._value.get())
+
+
+def mark(preparer: Preparer) -> str | None:
+    record = preparer.records.load(UID)
+    return None if record is None else record.extra.get(AHEAD)
 
 
 def claim_gets(node: Node) -> int:
@@ -86,10 +98,10 @@ def test_the_kubelets_call_answers_from_the_claim_prepared_ahead(node: Node) -> 
         assert outcome.error is None and outcome.devices
         assert claim_gets(node) == reads  # nothing read in the call
         assert node.links() == links
-        # The kubelet owns the claim now: the mark goes after the answer.
-        wait_for("the mark dropped", lambda: AHEAD not in preparer.records.load(UID).extra, 5)  # type: ignore[union-attr]
+        # The kubelet owns the claim now: the mark went before the answer.
+        assert mark(preparer) is None
         assert counted(ahead, "used") == 1
-        assert not preparer.ahead.pending(UID)
+        assert preparer.ahead.candidates() == {}
         assert unprepare_one(preparer).error is None
         assert node.files() == []
     finally:
@@ -105,7 +117,7 @@ def test_a_claim_whose_pod_is_gone_before_the_kubelet_asks_is_released(node: Nod
         wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
         assert node.links() != before
         pods.pods[POD]["status"]["phase"] = "Failed"  # rejected at admission, say
-        ahead.pods_changed()
+        ahead.pods_changed({POD})
         wait_for("released", lambda: counted(ahead, "released") == 1, 5)
         assert preparer.reaper.drain(5) == 0
         assert node.links() == before and node.files() == []
@@ -120,13 +132,13 @@ def test_a_claim_the_kubelet_asked_for_is_left_to_the_kubelet(node: Node) -> Non
         ahead.claim_read(claim_ref(), POD)
         wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
         assert prepare_one(preparer).error is None
+        assert mark(preparer) is None
         prepared = node.links()
+        # A release decided before the kubelet asked finds nothing to do when it runs.
+        preparer.ahead.prepared(UID, POD)
         del pods.pods[POD]  # deleted: the kubelet unprepares, not the driver
-        ahead.pods_changed()
-        # A release decided before the kubelet asked finds nothing to do either.
-        only = preparer.unprepare([claim_ref()], only=lambda r: preparer.ahead.pending(r.uid))
-        assert only[UID].error is None
-        wait_for("the mark dropped", lambda: counted(ahead, "used") == 1, 5)
+        ahead.pods_changed({POD})
+        ahead.stop()  # the worker has run every job
         assert counted(ahead, "released") == 0
         assert node.links() == prepared
         assert unprepare_one(preparer).error is None
@@ -147,9 +159,8 @@ def test_a_call_for_a_pod_being_deleted_prepares_the_claim_again_from_the_api(
         outcome = prepare_one(preparer)
         assert outcome.error is None and outcome.devices
         assert claim_gets(node) == reads + 1  # read in the call, as without prefetching
-        record = preparer.records.load(UID)
-        assert record is not None and AHEAD not in record.extra
-        assert not preparer.ahead.pending(UID)
+        assert mark(preparer) is None
+        assert preparer.ahead.candidates() == {}
         assert unprepare_one(preparer).error is None
         assert node.files() == []
     finally:
@@ -186,7 +197,7 @@ def test_a_claim_prepared_ahead_before_a_restart_is_released_when_its_pod_is_gon
     ahead.stop()
     restarted = node.start()
     restarted.ahead.load(restarted.records.load_all()[0])
-    assert restarted.ahead.pending(UID)
+    assert restarted.ahead.candidates() == {UID: POD}
     _, pods, again = wired(node, restarted)
     try:
         pods.pods.clear()  # the pod went while the driver was down
@@ -196,3 +207,56 @@ def test_a_claim_prepared_ahead_before_a_restart_is_released_when_its_pod_is_gon
         assert node.links() == before and node.files() == []
     finally:
         again.stop()
+
+
+def test_another_instance_releases_a_claim_prepared_ahead_or_hands_it_over(node: Node) -> None:
+    """A rolling update: instance A prepared the claim ahead; B, started before that,
+    finds it from the pod index when the pod ends, or answers the kubelet for it; A's
+    own release then finds no mark and leaves the claim alone."""
+    add_claim(node, "veth")
+    before = node.links()
+    a, _, ahead_a = wired(node)
+    b, pods_b, ahead_b = wired(node)
+    try:
+        ahead_a.claim_read(claim_ref(), POD)
+        wait_for("prepared ahead", lambda: counted(ahead_a, "prepared") == 1, 5)
+        assert b.ahead.candidates() == {}
+        assert prepare_one(b).error is None  # the kubelet asks B
+        assert mark(b) is None and counted(ahead_b, "used") == 1
+        prepared = node.links()
+        ahead_a.pods_changed()  # A still counts it as its own
+        ahead_a.stop()
+        assert node.links() == prepared and counted(ahead_a, "released") == 0
+        assert unprepare_one(b).error is None
+        # Again, and this time the pod ends before the kubelet asks: B releases it.
+        _, _, ahead_a = wired(node, a)
+        a.ahead.forget(UID)
+        ahead_a._take = lambda refs, deadline, abandon: {UID: node.api.fake.claim("default", "c")}
+        ahead_a.claim_read(claim_ref(), POD)
+        wait_for("prepared ahead again", lambda: mark(a) == POD, 5)
+        del pods_b.pods[POD]
+        ahead_b.pods_changed({POD})
+        wait_for("released by B", lambda: counted(ahead_b, "released") == 1, 5)
+        assert b.reaper.drain(5) == 0
+        assert node.links() == before and node.files() == []
+    finally:
+        ahead_a.stop()
+        ahead_b.stop()
+
+
+def test_a_repair_after_a_reboot_keeps_the_claim_the_drivers(node: Node) -> None:
+    """prepare_again (a reboot) keeps the mark: the claim stays the driver's to release."""
+    add_claim(node, "veth")
+    preparer, _, ahead = wired(node)
+    preparer.lifecycle.boot_id = "boot-1"
+    ahead.claim_read(claim_ref(), POD)
+    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+    ahead.stop()
+    node.kernel.table = {n: ln for n, ln in node.kernel.table.items() if n in ("ens1", "ens2")}
+    restarted = node.preparer()
+    restarted.lifecycle.boot_id = "boot-2"
+    loaded, _ = restarted.records.load_all()
+    report = reconcile.reconcile(loaded, node.cdi_dir, DRIVER, restarted.lifecycle)
+    assert report.reprepared_claims == [UID]
+    assert mark(restarted) == POD
+    assert unprepare_one(restarted).error is None

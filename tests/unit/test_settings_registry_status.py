@@ -252,5 +252,7 @@ def test_claim_prefetch_is_off_read_or_prepare(monkeypatch):
     for value in ("off", "read"):
         s = _parse(["--node-name", "n"], {"DRA_CLAIM_PREFETCH": value}, monkeypatch)
         assert s.claim_prefetch == value
-    with pytest.raises(SystemExit, match="--claim-prefetch must be off, read or prepare, got 'on'"):
-        _parse(["--node-name", "n", "--claim-prefetch", "on"], {}, monkeypatch)
+    on = _parse(["--node-name", "n"], {"DRA_CLAIM_PREFETCH": "on"}, monkeypatch)
+    assert on.claim_prefetch == "read"  # what earlier manifests set
+    with pytest.raises(SystemExit, match="--claim-prefetch must be off, read or prepare, got 'no'"):
+        _parse(["--node-name", "n", "--claim-prefetch", "no"], {}, monkeypatch)
