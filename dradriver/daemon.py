@@ -41,7 +41,6 @@ from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.selfcheck import check_allow_lists, keep_reporting, reporter_for
 from dradriver.settings import Settings
 from dradriver.state.injection import AUTO
-from dradriver.state.records import ClaimRecord
 from dradriver.state.recordstore import RecordStore
 
 logger = logging.getLogger(__name__)
@@ -175,7 +174,7 @@ def run(settings: Settings) -> int:
         report = reconcile.reconcile(
             loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
         )
-    prepare_ahead(settings, preparer, prefetch, metrics, loaded, report.prepared_claims)
+    prepare_ahead(settings, preparer, prefetch, metrics, report.prepared_claims)
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
@@ -241,12 +240,11 @@ def prepare_ahead(
     preparer: Preparer,
     prefetch: ClaimPrefetch,
     metrics: Metrics,
-    loaded: Sequence[ClaimRecord],
     kept: Sequence[str],
 ) -> PrepareAhead:
     """The worker that prepares claims as they are read ahead (--claim-prefetch prepare)
     and releases those whose pod is done before the kubelet asked, including those an
-    earlier run prepared ahead (`loaded` records, of which start-up `kept` these)."""
+    earlier run prepared ahead (of the claims start-up `kept`)."""
     ahead = PrepareAhead(
         preparer,
         prefetch.take,
@@ -256,8 +254,7 @@ def prepare_ahead(
     )
     if settings.claim_prefetch != "off":
         prefetch.on_read, prefetch.on_pods = ahead.claim_read, ahead.pods_changed
-    kept_uids = set(kept)
-    preparer.ahead.load(r for r in loaded if r.claim.uid in kept_uids)
+    preparer.ahead.load(preparer.records, kept)
     pending = preparer.ahead.candidates()
     if pending and settings.claim_prefetch == "off":
         event(

@@ -6,12 +6,13 @@ before it creates the pod's sandbox: a hundred milliseconds or more after the bi
 that made the driver read the claim (prefetch.py). The driver prepares the claim then,
 on a worker of its own, exactly as the kubelet's call would: from the copy `usable`
 accepts, under the same lock, with the same record, which also names the pod it was
-prepared for (`preparedAhead`). The kubelet's call then finds the claim prepared and
-answers from its record.
+prepared for, in a mark file (`ahead/<claim UID>` in the state directory, written before
+the claim's journal). The kubelet's call then finds the claim prepared and answers from
+its record.
 
-The record's mark is the only truth, shared by every instance on the node (a rolling
-update) and kept across restarts: the kubelet's call drops it, under the serialisation
-lock, before it answers; from then on the claim is the kubelet's. A call for a claim
+The mark is the only truth, shared by every instance on the node (a rolling update)
+and kept across restarts: the kubelet's call removes it, under the serialisation lock,
+before it answers; from then on the claim is the kubelet's. A call for a claim
 whose pod is no longer alive does not take the prepared claim: it is released and
 prepared again from a GET, as without prefetching. The kubelet never unprepares a claim
 it did not ask for, so while the mark is there the claim is the driver's to release:
@@ -36,12 +37,10 @@ from dradriver.base.metrics import Metrics
 from dradriver.claims.budget import Deadline
 from dradriver.claims.fetch import Early
 from dradriver.contract.hookspecs import ClaimRef
-from dradriver.state.records import PREPARED, ClaimRecord
 from dradriver.state.recordstore import RecordStore
 
 log = logging.getLogger(__name__)
 
-AHEAD = "preparedAhead"  # a record's field: the UID of the pod it was prepared ahead for
 BUDGET = 10.0  # longest an ahead prepare or a release waits for the lock
 RETRY = 5.0  # a release that could not be made is tried again this much later
 _NEVER: Future[None] = Future()  # nothing abandons a worker's wait
@@ -63,14 +62,6 @@ def alive(pod: Mapping[str, Any] | None) -> bool:
     )
 
 
-def ahead_of(record: ClaimRecord | None) -> str | None:
-    """The pod a prepared record was prepared ahead for, while the kubelet has not asked."""
-    if record is None or record.phase != PREPARED:
-        return None
-    pod = record.extra.get(AHEAD)
-    return str(pod) if pod else None
-
-
 class AheadBook:
     """Which claims may be prepared ahead and not asked for: candidates for a release
     (the records' marks decide), and the pod watch's view of their pods."""
@@ -82,16 +73,28 @@ class AheadBook:
         self._metrics = metrics
         self.pods: Pods = lambda: None
 
-    def load(self, records: Iterable[ClaimRecord]) -> None:
-        """Take up the marks of the records kept across a restart."""
-        for record in records:
-            if (pod := ahead_of(record)) is not None:
-                self.prepared(record.claim.uid, pod)
+    def load(self, records: RecordStore, kept: Iterable[str]) -> None:
+        """Take up the marks of the claims start-up `kept` prepared; remove the others
+        (a prepare ahead interrupted before its commit, rolled back)."""
+        prepared = set(kept)
+        for uid in records.ahead_claims():
+            pod = records.ahead_pod(uid)
+            if uid in prepared and pod is not None:
+                with self._mu:
+                    self._candidates[uid] = pod
+            else:
+                records.unmark_ahead(uid)
 
-    def prepared(self, uid: str, pod_uid: str) -> None:
-        """A claim was prepared ahead for `pod_uid` (or found so)."""
+    def preparing(self, uid: str, pod_uid: str, records: RecordStore) -> None:
+        """A claim is about to be prepared ahead for `pod_uid` (under the lock)."""
+        records.mark_ahead(uid, pod_uid)
         with self._mu:
             self._candidates[uid] = pod_uid
+
+    def released(self, uid: str, records: RecordStore) -> None:
+        """The claim was unprepared, or its prepare undone (under the lock)."""
+        records.unmark_ahead(uid)
+        self.forget(uid)
 
     def candidates(self) -> dict[str, str]:
         """Claim UID -> pod UID of the claims that may still be prepared ahead."""
@@ -103,10 +106,10 @@ class AheadBook:
         with self._mu:
             self._candidates.pop(uid, None)
 
-    def refusal(self, record: ClaimRecord) -> str | None:
+    def refusal(self, uid: str, records: RecordStore) -> str | None:
         """Why the kubelet's call may not answer from a claim prepared ahead (its pod no
-        longer runs, or the pod watch cannot say), or None."""
-        pod = ahead_of(record)
+        longer runs, or the pod watch cannot say), or None (under the lock)."""
+        pod = records.ahead_pod(uid)
         if pod is None:
             return None
         pods = self.pods()
@@ -114,13 +117,12 @@ class AheadBook:
             return None
         return f"it was prepared ahead for pod {pod}, which the driver does not see running"
 
-    def hand_over(self, record: ClaimRecord, records: RecordStore) -> None:
-        """The kubelet's call answers from a claim prepared ahead: drop the record's mark
-        (under the lock, before the answer); the claim is the kubelet's from now on."""
-        if record.extra.pop(AHEAD, None) is None:
+    def hand_over(self, uid: str, records: RecordStore) -> None:
+        """The kubelet's call answers from a claim prepared ahead: remove the mark (under
+        the lock, before the answer); the claim is the kubelet's from now on."""
+        if not records.unmark_ahead(uid):
             return
-        records.save(record, durable=False)
-        self.forget(record.claim.uid)
+        self.forget(uid)
         if self._metrics is not None:
             self._metrics.prepared_ahead.labels("used").inc()
 
@@ -255,7 +257,7 @@ class PrepareAhead:
 
         try:
             record = self._preparer.records.load(uid)
-            if ahead_of(record) != pod_uid or record is None:
+            if record is None or self._marked(uid) != pod_uid:
                 self._preparer.ahead.forget(uid)  # asked for, unprepared, or not ahead
                 return
             answer = self._preparer.unprepare([record.claim], BUDGET, only=still_ahead).get(uid)
@@ -282,6 +284,6 @@ class PrepareAhead:
 
     def _marked(self, uid: str) -> str | None:
         try:
-            return ahead_of(self._preparer.records.load(uid))
+            return self._preparer.records.ahead_pod(uid)
         except (OSError, DriverError):
             return None

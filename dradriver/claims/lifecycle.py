@@ -31,7 +31,6 @@ from dradriver.base.errors import ConfigError, DeviceError, DriverError
 from dradriver.base.log import event
 from dradriver.base.timing import phase
 from dradriver.claims import devicemeta
-from dradriver.claims.ahead import AHEAD
 from dradriver.claims.plan import Plan, Planner, recorded_config
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import (
@@ -107,7 +106,6 @@ class ClaimLifecycle:
         pod_uids: Sequence[str],
         replacing: ClaimRecord | None = None,
         pod_claim: str | None = None,
-        ahead_for: str | None = None,
     ) -> ClaimRecord:
         """Prepare every planned device, write the specs, commit the record; all or nothing.
 
@@ -116,17 +114,12 @@ class ClaimLifecycle:
         `replacing`: the committed record this one replaces (prepare_again); should this
         commit be rolled back, that record is put back, so the repair is tried again.
         `pod_claim`: the pod's name for a claim made from a template (metadata files).
-        `ahead_for`: the pod a claim is prepared for before the kubelet asks (ahead.py).
         """
         mode = plans[0].req.injection if plans else CDI
         record = ClaimRecord(
             ref, PREPARING, pod_uids=list(pod_uids), boot_id=self.boot_id, injection=mode
         )
         record.pod_claim_name = replacing.pod_claim_name if replacing else pod_claim
-        if replacing is not None and replacing.extra.get(AHEAD):
-            ahead_for = str(replacing.extra[AHEAD])  # a repair keeps the claim the driver's
-        if ahead_for is not None:
-            record.extra[AHEAD] = ahead_for
         if replacing is not None:
             # Encoded once: each device's journal write repeats it (a large claim's
             # record is hundreds of kB).

@@ -292,10 +292,11 @@ class Preparer:
                 self.lifecycle.restore_metadata(record)
                 if lost:  # only a record of an older driver cannot hold its specs
                     event(log, logging.ERROR, "CDI spec gone", claim=ref.uid, files=",".join(lost))
-                stale = self.lifecycle.is_intact(record) or self.ahead.refusal(record)
+                stale = self.lifecycle.is_intact(record) or self.ahead.refusal(
+                    ref.uid, self.records
+                )
             if stale is None:
-                with phase("commit"):
-                    self.ahead.hand_over(record, self.records)
+                self.ahead.hand_over(ref.uid, self.records)
                 event(log, logging.INFO, "already prepared", claim=ref.uid)
                 if self.status is not None and record.devices:
                     self.status.resubmit(record)  # a status that failed to write gets written
@@ -305,7 +306,7 @@ class Preparer:
             # and prepare again, from the API.
             event(log, logging.WARNING, "stale claim: preparing again", claim=ref.uid, why=stale)
             self.lifecycle.release(record)
-            self.ahead.forget(ref.uid)
+            self.ahead.released(ref.uid, self.records)
             self._count(-1)
         elif record is not None:
             self.lifecycle.roll_back(record)
@@ -321,11 +322,16 @@ class Preparer:
             refuse_oversized(resolved, plans)
             uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
             self._reserve(ref, resolved.pod_uids, uses, taken)
-        record = self.lifecycle.commit(
-            ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim, ahead_for=ahead_for
-        )
         if ahead_for is not None:
-            self.ahead.prepared(ref.uid, ahead_for)
+            self.ahead.preparing(ref.uid, ahead_for, self.records)
+        try:
+            record = self.lifecycle.commit(
+                ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim
+            )
+        except BaseException:
+            if ahead_for is not None:
+                self.ahead.released(ref.uid, self.records)
+            raise
         # Committed: nothing below may turn this prepare into a failure.
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
@@ -431,9 +437,10 @@ class Preparer:
             return []
         if record is None:
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
+            self.ahead.released(ref.uid, self.records)
             return []
         self.lifecycle.release(record)
-        self.ahead.forget(ref.uid)
+        self.ahead.released(ref.uid, self.records)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if record.phase == PREPARED:
             self._count(-1)

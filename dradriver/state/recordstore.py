@@ -15,7 +15,7 @@ import stat
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from dradriver.base.errors import DriverError
+from dradriver.base.errors import ClaimError, DriverError
 from dradriver.base.log import event
 from dradriver.contract import naming
 from dradriver.state.atomicfile import remove_durably, remove_stale_temp_files, write_atomic
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 _SUFFIX = ".alloc.json"
 _BY_POD = "by-pod"
+_AHEAD = "ahead"  # ahead/<claim>: the pod a claim was prepared for before the kubelet asked
 _TOUCH = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # a pod index marker
 _MAX_BYTES = 4 << 20  # far above any real record; a bigger file is not one of ours
 
@@ -71,6 +72,43 @@ class RecordStore:
                         os.unlink(os.path.join(folder, record.claim.uid))
                     os.rmdir(folder)  # fails while other claims of the pod remain: fine
                     os.rmdir(os.path.dirname(folder))  # and this while other pods remain
+
+    # -- claims prepared before the kubelet asked (dradriver/claims/ahead.py) ----------
+
+    def mark_ahead(self, claim_uid: str, pod_uid: str) -> None:
+        """Note that the claim is prepared for `pod_uid` before the kubelet asked (written
+        before the claim's journal; not durable, like the records of a prepare)."""
+        write_atomic(self._ahead(claim_uid), pod_uid.encode(), mode=0o600, durable=False)
+
+    def ahead_pod(self, claim_uid: str) -> str | None:
+        """The pod the claim was prepared for before the kubelet asked, while it has not."""
+        try:
+            with open(self._ahead(claim_uid), "rb") as f:
+                pod = f.read(64).decode("ascii", "replace")
+        except FileNotFoundError:
+            return None
+        return pod if naming.is_claim_uid(pod) else "?"  # damaged: still not the kubelet's
+
+    def unmark_ahead(self, claim_uid: str) -> bool:
+        """Forget the mark (the kubelet asked, or the claim was unprepared); False if none."""
+        try:
+            os.unlink(self._ahead(claim_uid))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def ahead_claims(self) -> list[str]:
+        """The claims with a mark."""
+        try:
+            names = os.listdir(os.path.join(self._dir, _AHEAD))
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if naming.is_claim_uid(n))
+
+    def _ahead(self, claim_uid: str) -> str:
+        if not naming.is_claim_uid(claim_uid):
+            raise ClaimError(f"invalid claim UID {claim_uid!r}")
+        return os.path.join(self._dir, _AHEAD, claim_uid)
 
     def claims_of_pod(self, pod_uid: str) -> list[str]:
         """UIDs of the claims indexed under a pod."""

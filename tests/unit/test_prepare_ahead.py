@@ -14,7 +14,7 @@ from typing import Any
 
 from dradriver.base.metrics import Metrics
 from dradriver.claims import reconcile
-from dradriver.claims.ahead import AHEAD, AheadBook, PrepareAhead
+from dradriver.claims.ahead import AheadBook, PrepareAhead
 from dradriver.claims.budget import Deadline
 from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef
@@ -75,8 +75,7 @@ def counted(ahead: PrepareAhead, result: str) -> float:
 
 
 def mark(preparer: Preparer) -> str | None:
-    record = preparer.records.load(UID)
-    return None if record is None else record.extra.get(AHEAD)
+    return preparer.records.ahead_pod(UID)
 
 
 def claim_gets(node: Node) -> int:
@@ -89,8 +88,7 @@ def test_the_kubelets_call_answers_from_the_claim_prepared_ahead(node: Node) -> 
     try:
         ahead.claim_read(claim_ref(), POD)
         wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
-        record = preparer.records.load(UID)
-        assert record is not None and record.extra[AHEAD] == POD
+        assert mark(preparer) == POD
         links = node.links()
         assert len(links) == 4  # ens1, ens2 and the pair
         reads = claim_gets(node)
@@ -135,7 +133,7 @@ def test_a_claim_the_kubelet_asked_for_is_left_to_the_kubelet(node: Node) -> Non
         assert mark(preparer) is None
         prepared = node.links()
         # A release decided before the kubelet asked finds nothing to do when it runs.
-        preparer.ahead.prepared(UID, POD)
+        preparer.ahead._candidates[UID] = POD  # as if the pod ended just before the call
         del pods.pods[POD]  # deleted: the kubelet unprepares, not the driver
         ahead.pods_changed({POD})
         ahead.stop()  # the worker has run every job
@@ -196,7 +194,7 @@ def test_a_claim_prepared_ahead_before_a_restart_is_released_when_its_pod_is_gon
     wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
     ahead.stop()
     restarted = node.start()
-    restarted.ahead.load(restarted.records.load_all()[0])
+    restarted.ahead.load(restarted.records, [UID])
     assert restarted.ahead.candidates() == {UID: POD}
     _, pods, again = wired(node, restarted)
     try:
@@ -260,3 +258,15 @@ def test_a_repair_after_a_reboot_keeps_the_claim_the_drivers(node: Node) -> None
     assert report.reprepared_claims == [UID]
     assert mark(restarted) == POD
     assert unprepare_one(restarted).error is None
+
+
+def test_the_mark_of_a_prepare_ahead_cut_short_goes_at_start(node: Node) -> None:
+    """A crash after the mark and before the commit: start-up rolls the claim back and
+    the mark goes with it; the mark of a claim kept prepared stays."""
+    preparer = node.preparer()
+    other = "5a0c6f5e-0000-4000-8000-000000000002"
+    preparer.records.mark_ahead(UID, POD)  # no record: the journal was never written
+    preparer.records.mark_ahead(other, POD)
+    preparer.ahead.load(preparer.records, [other])
+    assert preparer.records.ahead_claims() == [other]
+    assert preparer.ahead.candidates() == {other: POD}
