@@ -120,7 +120,7 @@ class AheadBook:
     def hand_over(self, uid: str, records: RecordStore) -> None:
         """The kubelet's call answers from a claim prepared ahead: remove the mark (under
         the lock, before the answer); the claim is the kubelet's from now on."""
-        if not records.unmark_ahead(uid):
+        if not records.unmark_ahead(uid, tidy=False):
             return
         self.forget(uid)
         if self._metrics is not None:

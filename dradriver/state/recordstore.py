@@ -89,12 +89,19 @@ class RecordStore:
             return None
         return pod if naming.is_claim_uid(pod) else "?"  # damaged: still not the kubelet's
 
-    def unmark_ahead(self, claim_uid: str) -> bool:
-        """Forget the mark (the kubelet asked, or the claim was unprepared); False if none."""
+    def unmark_ahead(self, claim_uid: str, tidy: bool = True) -> bool:
+        """Forget the mark (the kubelet asked, or the claim was unprepared); False if none.
+        `tidy`: remove the directory of marks once it is empty (not in a kubelet's
+        prepare call: its unprepare does it)."""
+        path = self._ahead(claim_uid)
         try:
-            os.unlink(self._ahead(claim_uid))
+            os.unlink(path)
         except FileNotFoundError:
             return False
+        finally:
+            if tidy:
+                with contextlib.suppress(OSError):  # other marks remain, or none ever was
+                    os.rmdir(os.path.dirname(path))
         return True
 
     def ahead_claims(self) -> list[str]:
