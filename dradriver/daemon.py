@@ -174,7 +174,7 @@ def run(settings: Settings) -> int:
         report = reconcile.reconcile(
             loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
         )
-    prepare_ahead(settings, preparer, prefetch, metrics, report.prepared_claims)
+        prepare_ahead(settings, preparer, prefetch, metrics)  # marks read under the lock
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
@@ -240,11 +240,10 @@ def prepare_ahead(
     preparer: Preparer,
     prefetch: ClaimPrefetch,
     metrics: Metrics,
-    kept: Sequence[str],
 ) -> PrepareAhead:
     """The worker that prepares claims as they are read ahead (--claim-prefetch prepare)
     and releases those whose pod is done before the kubelet asked, including those an
-    earlier run prepared ahead (of the claims start-up `kept`)."""
+    earlier run prepared ahead (their marks read after start-up reconciliation)."""
     ahead = PrepareAhead(
         preparer,
         prefetch.take,
@@ -254,7 +253,7 @@ def prepare_ahead(
     )
     if settings.claim_prefetch != "off":
         prefetch.on_read, prefetch.on_pods = ahead.claim_read, ahead.pods_changed
-    preparer.ahead.load(preparer.records, kept)
+    preparer.ahead.load(preparer.records)
     pending = preparer.ahead.candidates()
     if pending and settings.claim_prefetch == "off":
         event(

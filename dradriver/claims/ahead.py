@@ -37,6 +37,7 @@ from dradriver.base.metrics import Metrics
 from dradriver.claims.budget import Deadline
 from dradriver.claims.fetch import Early
 from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.records import PREPARED
 from dradriver.state.recordstore import RecordStore
 
 log = logging.getLogger(__name__)
@@ -73,17 +74,26 @@ class AheadBook:
         self._metrics = metrics
         self.pods: Pods = lambda: None
 
-    def load(self, records: RecordStore, kept: Iterable[str]) -> None:
-        """Take up the marks of the claims start-up `kept` prepared; remove the others
-        (a prepare ahead interrupted before its commit, rolled back)."""
-        prepared = set(kept)
-        for uid in records.ahead_claims():
-            pod = records.ahead_pod(uid)
-            if uid in prepared and pod is not None:
-                with self._mu:
-                    self._candidates[uid] = pod
-            else:
-                records.unmark_ahead(uid)
+    def load(self, records: RecordStore) -> None:
+        """Take up the marks of prepared claims (at start, under the lock); remove those
+        of claims without a prepared record (a prepare ahead cut short, rolled back)."""
+        try:
+            uids = records.ahead_claims()
+        except OSError as exc:
+            event(log, logging.ERROR, "the marks of claims prepared ahead cannot be read",
+                  error=exc)  # fmt: skip
+            return
+        for uid in uids:
+            try:
+                pod, record = records.ahead_pod(uid), records.load(uid)
+                if pod is not None and record is not None and record.phase == PREPARED:
+                    with self._mu:
+                        self._candidates[uid] = pod
+                elif record is None or record.phase != PREPARED:
+                    records.unmark_ahead(uid)
+            except (OSError, DriverError) as exc:  # reported where the record is loaded
+                event(log, logging.WARNING, "a claim's mark cannot be read", claim=uid,
+                      error=exc)  # fmt: skip
 
     def preparing(self, uid: str, pod_uid: str, records: RecordStore) -> None:
         """A claim is about to be prepared ahead for `pod_uid` (under the lock)."""
@@ -117,13 +127,13 @@ class AheadBook:
             return None
         return f"it was prepared ahead for pod {pod}, which the driver does not see running"
 
-    def hand_over(self, uid: str, records: RecordStore) -> None:
+    def hand_over(self, uid: str, records: RecordStore, count: bool = True) -> None:
         """The kubelet's call answers from a claim prepared ahead: remove the mark (under
         the lock, before the answer); the claim is the kubelet's from now on."""
         if not records.unmark_ahead(uid, tidy=False):
             return
         self.forget(uid)
-        if self._metrics is not None:
+        if self._metrics is not None and count:
             self._metrics.prepared_ahead.labels("used").inc()
 
 
@@ -200,8 +210,12 @@ class PrepareAhead:
             return  # not in step: nothing can be said of any pod
         candidates = self._preparer.ahead.candidates()
         for pod_uid in ended:
-            for uid in self._preparer.records.claims_of_pod(pod_uid):
-                candidates.setdefault(uid, pod_uid)
+            try:
+                for uid in self._preparer.records.claims_of_pod(pod_uid):
+                    candidates.setdefault(uid, pod_uid)
+            except OSError as exc:  # the claims this instance knows are still looked at
+                event(log, logging.WARNING, "the pod index cannot be read", pod=pod_uid,
+                      error=exc)  # fmt: skip
         for uid, pod_uid in candidates.items():
             if done(pods.get(pod_uid)):
                 with self._mu:
@@ -259,6 +273,8 @@ class PrepareAhead:
             record = self._preparer.records.load(uid)
             if record is None or self._marked(uid) != pod_uid:
                 self._preparer.ahead.forget(uid)  # asked for, unprepared, or not ahead
+                if record is None:
+                    self._preparer.records.unmark_ahead(uid)
                 return
             answer = self._preparer.unprepare([record.claim], BUDGET, only=still_ahead).get(uid)
         except (OSError, DriverError) as exc:

@@ -296,11 +296,11 @@ class Preparer:
                     ref.uid, self.records
                 )
             if stale is None:
-                self.ahead.hand_over(ref.uid, self.records)
                 event(log, logging.INFO, "already prepared", claim=ref.uid)
                 if self.status is not None and record.devices:
                     self.status.resubmit(record)  # a status that failed to write gets written
                 self._reserve(ref, record.pod_uids, record_names(record), taken)
+                self.ahead.hand_over(ref.uid, self.records)
                 return record.answer()
             # The answer in the record is no longer true: finish that prepare's undoing
             # and prepare again, from the API.
@@ -310,6 +310,8 @@ class Preparer:
             self._count(-1)
         elif record is not None:
             self.lifecycle.roll_back(record)
+            if ahead_for is None:  # an interrupted prepare ahead: its mark goes with it
+                self.ahead.released(ref.uid, self.records)
         with phase("plan"):
             resolved = resolution.resolve(claim(), ref, self.context.driver_name)
             plans = [
@@ -332,6 +334,8 @@ class Preparer:
             if ahead_for is not None:
                 self.ahead.released(ref.uid, self.records)
             raise
+        if ahead_for is None:  # the mark of a prepare ahead cut short before its journal
+            self.ahead.hand_over(ref.uid, self.records, count=False)
         # Committed: nothing below may turn this prepare into a failure.
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
@@ -426,6 +430,7 @@ class Preparer:
         except CorruptRecord as exc:
             deleted = self.lifecycle.delete_tagged(ref.uid)
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
+            self.ahead.released(ref.uid, self.records)
             event(
                 log,
                 logging.ERROR,

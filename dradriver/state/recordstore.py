@@ -77,8 +77,9 @@ class RecordStore:
 
     def mark_ahead(self, claim_uid: str, pod_uid: str) -> None:
         """Note that the claim is prepared for `pod_uid` before the kubelet asked (written
-        before the claim's journal; not durable, like the records of a prepare)."""
-        write_atomic(self._ahead(claim_uid), pod_uid.encode(), mode=0o600, durable=False)
+        before the claim's journal, durably: a record that outlives a machine's crash
+        must not outlive its mark; off the kubelet's clock)."""
+        write_atomic(self._ahead(claim_uid), pod_uid.encode(), mode=0o600)
 
     def ahead_pod(self, claim_uid: str) -> str | None:
         """The pod the claim was prepared for before the kubelet asked, while it has not."""

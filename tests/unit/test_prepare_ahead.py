@@ -194,7 +194,7 @@ def test_a_claim_prepared_ahead_before_a_restart_is_released_when_its_pod_is_gon
     wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
     ahead.stop()
     restarted = node.start()
-    restarted.ahead.load(restarted.records, [UID])
+    restarted.ahead.load(restarted.records)
     assert restarted.ahead.candidates() == {UID: POD}
     _, pods, again = wired(node, restarted)
     try:
@@ -260,13 +260,24 @@ def test_a_repair_after_a_reboot_keeps_the_claim_the_drivers(node: Node) -> None
     assert unprepare_one(restarted).error is None
 
 
-def test_the_mark_of_a_prepare_ahead_cut_short_goes_at_start(node: Node) -> None:
-    """A crash after the mark and before the commit: start-up rolls the claim back and
-    the mark goes with it; the mark of a claim kept prepared stays."""
-    preparer = node.preparer()
+def test_the_mark_of_a_prepare_ahead_cut_short_goes(node: Node) -> None:
+    """A crash after the mark and before the journal: the mark goes at start (no
+    prepared record), or with the kubelet's own prepare of the claim; the mark of a
+    claim prepared ahead stays."""
+    add_claim(node, "veth")
+    preparer, _, ahead = wired(node)
+    ahead.claim_read(claim_ref(), POD)
+    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+    ahead.stop()
     other = "5a0c6f5e-0000-4000-8000-000000000002"
-    preparer.records.mark_ahead(UID, POD)  # no record: the journal was never written
-    preparer.records.mark_ahead(other, POD)
-    preparer.ahead.load(preparer.records, [other])
-    assert preparer.records.ahead_claims() == [other]
-    assert preparer.ahead.candidates() == {other: POD}
+    preparer.records.mark_ahead(other, POD)  # no record: the journal was never written
+    restarted = node.start()
+    restarted.ahead.load(restarted.records)
+    assert restarted.records.ahead_claims() == [UID]
+    assert restarted.ahead.candidates() == {UID: POD}
+    assert unprepare_one(restarted).error is None
+    restarted.records.mark_ahead(UID, POD)  # again, and this time the kubelet asks
+    assert prepare_one(restarted).error is None
+    assert restarted.records.ahead_claims() == []
+    assert unprepare_one(restarted).error is None
+    assert node.files() == []
