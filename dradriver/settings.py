@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dradriver.contract import iprules, macs, naming
+from dradriver.contract import iprules, macs, naming, quantity
 from dradriver.state import injection
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
@@ -40,6 +40,8 @@ class Settings:
     pod_name: str | None = None
     pod_namespace: str | None = None
     virtual_slots: int = 128
+    virtual_bandwidth: int = 0  # bits per second; 0: no bandwidth capacity
+    bandwidth_step: int = 1_000_000
     publish_interval: float = 60.0
     claim_prefetch: str = "prepare"  # off | read | prepare
     device_taint_effect: str | None = "NoSchedule"
@@ -95,6 +97,19 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
     flag("--driver-name", "driver_name", DEFAULT_DRIVER_NAME, "DRA driver name")
     flag("--sysfs-root", "sysfs_root", "/sys", "root of sysfs for device discovery")
     flag("--virtual-slots", "virtual_slots", 128, "slots capacity of netdev-virtual", type=int)
+    flag(
+        "--virtual-bandwidth",
+        "virtual_bandwidth",
+        "",
+        "bandwidth capacity of netdev-virtual in bits per second (e.g. 10G): what the rate "
+        "limits of veth claims share (default none: no capacity, no limits)",
+    )
+    flag(
+        "--bandwidth-step",
+        "bandwidth_step",
+        "1M",
+        "what a claim's bandwidth request is a multiple of, in bits per second",
+    )
     flag(
         "--parent-interfaces",
         "parent_interfaces",
@@ -250,6 +265,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"--driver-name must be a DNS subdomain, got {args.driver_name!r}")
     if not naming.is_dns_subdomain(args.node_name):
         raise SystemExit(f"--node-name must be a Kubernetes node name, got {args.node_name!r}")
+    bandwidth, step = _bandwidth(args.virtual_bandwidth, args.bandwidth_step)
     ranges = split_list(args.claim_address_ranges)
     try:
         iprules.parse_ranges(ranges)
@@ -270,6 +286,8 @@ def from_args(args: argparse.Namespace) -> Settings:
         "driver_name": args.driver_name,
         "sysfs_root": Path(args.sysfs_root),
         "virtual_slots": slots,
+        "virtual_bandwidth": bandwidth,
+        "bandwidth_step": step,
         "parent_interfaces": split_list(args.parent_interfaces),
         "virtual_parents": split_list(args.virtual_parents),
         "sriov_pfs": split_list(args.sriov_pfs),
@@ -353,3 +371,28 @@ def _nri_settings(args: argparse.Namespace) -> dict[str, object]:
 def split_list(value: object) -> tuple[str, ...]:
     """A comma-separated flag's items, stripped, empty ones left out."""
     return tuple(p.strip() for p in str(value or "").split(",") if p.strip())
+
+
+MIN_BANDWIDTH_STEP = 1000  # bits per second: a token bucket needs whole bytes
+MAX_BANDWIDTH = 10**13  # 10 Tbit/s
+
+
+def _bandwidth(total: str, step: str) -> tuple[int, int]:
+    """--virtual-bandwidth and --bandwidth-step in bits per second, checked."""
+    values = []
+    for name, text in (("--virtual-bandwidth", total or "0"), ("--bandwidth-step", step)):
+        try:
+            values.append(quantity.parse(str(text)))
+        except ValueError as exc:
+            raise SystemExit(f"{name}: {exc}") from None
+    bits, unit = values
+    if not MIN_BANDWIDTH_STEP <= unit <= MAX_BANDWIDTH:
+        raise SystemExit(f"--bandwidth-step must be 1k to 10T bits per second, got {step}")
+    if bits and not unit <= bits <= MAX_BANDWIDTH:
+        raise SystemExit(f"--virtual-bandwidth must be {step} to 10T bits per second, got {total}")
+    if bits % unit:
+        raise SystemExit(
+            f"--virtual-bandwidth {total} is not a multiple of --bandwidth-step {step}: "
+            "the API server refuses such a capacity"
+        )
+    return bits, unit

@@ -23,11 +23,13 @@ _SHARE_RE = re.compile(r"(?P<base>.+)-(?P<index>[0-9]+)")  # fullmatch
 
 
 def share_count(device: Device) -> int | None:
-    """How many single-allocation devices stand for a shareable device: its one consumable
-    capacity divided by what one request takes (None if it is not such a device)."""
-    if not device.allow_multiple_allocations or len(device.capacity) != 1:
+    """How many single-allocation devices stand for a shareable device: its one capacity
+    that every request takes one unit of, divided by that unit (None if it has none).
+    Its other capacities (bandwidth) are then not published, nor consumed."""
+    counts = [c for c in device.capacity.values() if c.per_request]
+    if not device.allow_multiple_allocations or len(counts) != 1:
         return None
-    [capacity] = device.capacity.values()
+    [capacity] = counts
     if capacity.default is None or not (capacity.value + capacity.default).isdigit():
         return None
     return int(capacity.value) // max(1, int(capacity.default))
@@ -112,9 +114,10 @@ def attribute_json(device: str, name: str, value: object) -> dict[str, Any]:
 def _capacity(capacity: Capacity) -> dict[str, Any]:
     out: dict[str, Any] = {"value": capacity.value}
     if capacity.default is not None:
+        minimum, step = capacity.minimum or capacity.default, capacity.step or capacity.default
         out["requestPolicy"] = {
             "default": capacity.default,
-            "validRange": {"min": capacity.default, "step": capacity.default},
+            "validRange": {"min": minimum, "step": step},
         }
     return out
 

@@ -18,7 +18,9 @@ from dradriver.state.records import ClaimRecord, DeviceRecord
 Lookup = Callable[[str], Device | None]  # a published device by name (the inventory)
 
 
-def _device(driver: str, device: DeviceRecord, published: Device | None) -> dict[str, Any]:
+def _device(
+    driver: str, device: DeviceRecord, published: Device | None, consumed: dict[str, str]
+) -> dict[str, Any]:
     out: dict[str, Any] = {"driver": driver, "pool": device.pool, "name": device.device}
     if published is not None and published.attributes:
         out["attributes"] = {
@@ -28,6 +30,8 @@ def _device(driver: str, device: DeviceRecord, published: Device | None) -> dict
     nd = {k: v for k, v in (device.network_data or {}).items() if v}
     if nd:
         out["networkData"] = nd
+    if consumed:  # what it was given of a shared device's capacities (its bandwidth)
+        out["consumedCapacity"] = consumed
     return out
 
 
@@ -60,7 +64,7 @@ def write(root: Path, driver: str, record: ClaimRecord, lookup: Lookup) -> None:
             record.pod_claim_name,
             metadata.generation(path) + 1,
             request,
-            [_device(driver, d, lookup(d.device)) for d in devices],
+            [_device(driver, d, lookup(d.device), record.consumed.get(d.key, {})) for d in devices],
         )
         metadata.write(path, doc)
 

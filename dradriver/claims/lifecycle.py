@@ -136,6 +136,8 @@ class ClaimLifecycle:
                 done.append((plan, prepared))
                 record.devices.append(_device_record(plan, prepared.undo, prepared))
                 record.configs[plan.req.key] = dict(plan.req.config)
+                if plan.req.consumed:
+                    record.consumed[plan.req.key] = dict(plan.req.consumed)
                 if mode == NRI:
                     record.moves[plan.req.key] = moves_of(prepared)
             mounts = {}

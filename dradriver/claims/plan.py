@@ -102,7 +102,9 @@ class Planner:
                 key, device.base_request, device.pool, device.device, device.share_id,
                 resolved.type, resolved.kind, undo={},
             )  # fmt: skip
-            return self._plan(ref, recorded, resolved.config, injection, published)
+            return self._plan(
+                ref, recorded, resolved.config, injection, published, dict(device.consumed)
+            )
 
     def replan(self, record: ClaimRecord) -> list[Plan]:
         """The plans that prepare a recorded claim again from its record, in its mode;
@@ -111,7 +113,10 @@ class Planner:
         for device in record.devices:
             config = recorded_config(record, device)
             with naming_the_request(device.request):
-                plans.append(self._plan(record.claim, device, config, record.injection))
+                consumed = record.consumed.get(device.key, {})
+                plans.append(
+                    self._plan(record.claim, device, config, record.injection, consumed=consumed)
+                )
         return plans
 
     def _plan(
@@ -121,6 +126,7 @@ class Planner:
         config: Mapping[str, Any],
         injection: str,
         published: Device | None = None,
+        consumed: Mapping[str, str] | None = None,
     ) -> Plan:
         """The one place a handler's request is built: from a device's allocation as its
         record has it (or will), validated by the handler."""
@@ -137,6 +143,7 @@ class Planner:
             published=published or self.inventory.lookup(device.device),
             context=self.context,
             injection=injection,
+            consumed=consumed or {},
         )
         cdi_id = device.cdi_device_id or cdi.device_id(
             self.context.driver_name, device.type, ref.uid, device.key

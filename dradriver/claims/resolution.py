@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dradriver.base.errors import ClaimError
@@ -20,6 +20,7 @@ class AllocatedDevice:
     device: str
     share_id: str | None
     parameters: Mapping[str, Any] | None
+    consumed: Mapping[str, str] = field(default_factory=dict)  # consumedCapacity
 
     @property
     def base_request(self) -> str:
@@ -66,6 +67,7 @@ def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedCla
                 device=str(result.get("device", "")),
                 share_id=result.get("shareID") or None,
                 parameters=_merged_parameters(configs, request),
+                consumed=_consumed(result.get("consumedCapacity")),
             )
         )
     pods = [
@@ -78,6 +80,13 @@ def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedCla
         pod_names=tuple(str(r.get("name") or "") for r in pods),
         pod_claim=(claim.get("metadata", {}).get("annotations") or {}).get(POD_CLAIM_ANNOTATION),
     )
+
+
+def _consumed(capacity: object) -> dict[str, str]:
+    """A result's consumedCapacity as capacity name -> quantity (nothing else kept)."""
+    if not isinstance(capacity, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in capacity.items() if isinstance(v, str | int)}
 
 
 def _ordered_configs(

@@ -54,10 +54,23 @@ AttrValue = str | int | bool | Version
 
 @dataclass(frozen=True)
 class Capacity:
-    """A consumable capacity of a device: total `value`, and what one request takes."""
+    """A consumable capacity of a device: total `value`, what a request that does not
+    ask takes (`default`), and what a request may ask: at least `minimum`, in multiples
+    of `step` from it (both default to `default`: one unit per request, as slots)."""
 
     value: str
     default: str | None = None
+    minimum: str | None = None
+    step: str | None = None
+
+    @property
+    def per_request(self) -> bool:
+        """Whether every request takes exactly `default` (a count of shares)."""
+        return (
+            self.default is not None
+            and self.minimum in (None, self.default)
+            and (self.step in (None, self.default))
+        )
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,8 @@ class HandlerContext:
     `multus_resource_name`: published as Multus's resourceName on PCI netdevs ("": none).
     `protected_addresses`: (address, what it is) no claim may take besides the node's
     own addresses and gateways, e.g. the API server's.
+    `virtual_bandwidth`: the bits per second the virtual device offers as its
+    `bandwidth` capacity (0: none), shared out in multiples of `bandwidth_step`.
     """
 
     driver_name: str
@@ -115,6 +130,8 @@ class HandlerContext:
     owner: str = "000000000000"
     claim_address_ranges: tuple[str, ...] = ()
     protected_addresses: tuple[tuple[str, str], ...] = ()
+    virtual_bandwidth: int = 0
+    bandwidth_step: int = 1_000_000
 
 
 UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device
@@ -164,6 +181,9 @@ class DeviceRequest:
     NRI (the driver moves them into the pod's namespace and configures them there:
     the host never holds a claim's addresses, and routes, sysctls and exclusive RDMA
     become possible).
+
+    `consumed` is what the scheduler gave the request of a shareable device's
+    capacities, as quantities by capacity name (`{"bandwidth": "100M"}`).
     """
 
     claim: ClaimRef
@@ -180,6 +200,7 @@ class DeviceRequest:
         default=_no_journal, compare=False, repr=False
     )
     injection: str = CDI
+    consumed: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

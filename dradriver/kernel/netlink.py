@@ -83,6 +83,12 @@ class Kernel(Protocol):
     def set_vf(self, pf_index: int, vf: int, settings: VfSettings) -> None:
         """Set the given (non-None) settings of one VF through its PF."""
 
+    def limit_rate(self, index: int, rate: int) -> None:
+        """Limit what one interface sends to `rate` bits per second (a root tbf qdisc)."""
+
+    def redirect_ingress(self, index: int, target: int) -> None:
+        """Send what one interface receives out of interface `target` (an ifb) instead."""
+
     def close(self) -> None:
         """Release this thread's resources (before it changes namespace or ends)."""
 
@@ -261,6 +267,22 @@ def set_vf(pf: Link, vf: int, what: str, settings: VfSettings) -> None:
         (_kernel or _backend()).set_vf(pf.index, vf, settings)
     except NetlinkError as exc:
         raise exc.about(what) from None
+
+
+def limit_rate(link: Link, rate: int) -> None:
+    """Limit what `link` sends to `rate` bits per second."""
+    try:
+        (_kernel or _backend()).limit_rate(link.index, rate)
+    except NetlinkError as exc:
+        raise exc.about(f"limit {link.name} to {rate} bit/s") from None
+
+
+def redirect_ingress(link: Link, target: Link) -> None:
+    """Send what `link` receives out of `target` instead (where its limit applies)."""
+    try:
+        (_kernel or _backend()).redirect_ingress(link.index, target.index)
+    except NetlinkError as exc:
+        raise exc.about(f"redirect what {link.name} receives to {target.name}") from None
 
 
 def close() -> None:

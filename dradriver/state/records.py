@@ -61,6 +61,7 @@ _CLAIM_KEYS = {
     "moves",
     "placement",
     "podClaimName",
+    "capacity",
 }
 _DEVICE_KEYS = {
     "key",
@@ -202,6 +203,8 @@ class ClaimRecord:
     the pod's namespace and `placement` (by device key) where it is now (see IN etc.;
     a sandbox ID and its namespace path). Top-level too (format 3). `pod_claim_name`
     is the pod's name for a claim made from a template (where its metadata file shows).
+    `consumed` (by device key, written as `capacity` when there is any) is what the
+    scheduler gave a device of a shareable device's capacities, e.g. its bandwidth.
     """
 
     claim: ClaimRef
@@ -216,6 +219,7 @@ class ClaimRecord:
     moves: dict[str, list[Move]] = field(default_factory=dict)
     placement: dict[str, dict[str, str]] = field(default_factory=dict)
     pod_claim_name: str | None = None
+    consumed: dict[str, dict[str, str]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
 
     def answer(self) -> list[DeviceAnswer]:
@@ -246,6 +250,8 @@ class ClaimRecord:
             "placement": self.placement,
             "podClaimName": self.pod_claim_name,
         }
+        if self.consumed:
+            doc["capacity"] = self.consumed
         # One line: without `indent` json uses its C encoder (several times faster, and
         # a record is written twice per prepare); `jq . <file>` reads it as well.
         encoded = {k: doc.pop(k) for k in list(doc) if isinstance(doc[k], Encoded)}
@@ -289,6 +295,7 @@ class ClaimRecord:
                 },
                 placement={str(k): dict(v) for k, v in (doc.get("placement") or {}).items()},
                 pod_claim_name=doc.get("podClaimName") or None,
+                consumed={str(k): dict(v) for k, v in (doc.get("capacity") or {}).items()},
                 extra={k: v for k, v in doc.items() if k not in _CLAIM_KEYS},
             )
         except (KeyError, TypeError) as exc:

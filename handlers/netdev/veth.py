@@ -1,4 +1,5 @@
-"""veth: a pair; one end goes to the container, the other stays on the host."""
+"""veth: a pair; one end goes to the container, the other stays on the host, where the
+claim's share of the virtual device's bandwidth is enforced (dradriver.kit.shaping)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from dradriver.base.errors import ConfigError
 from dradriver.contract.hookspecs import DeviceRequest, Prepared
 from dradriver.kernel import netlink
-from dradriver.kit import links, netconfig
+from dradriver.kit import links, netconfig, shaping
 
 from .virtual import VirtualLinkHandler, require_allowed_parent
 
@@ -17,6 +18,7 @@ class VethHandler(VirtualLinkHandler):
     """Creates a veth pair; the host end may join an allowed bridge (`bridge`)."""
 
     kinds = ("veth",)
+    unlimited = ""
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields plus the optional bridge for the host end."""
@@ -36,14 +38,18 @@ class VethHandler(VirtualLinkHandler):
         """Create the pair, tag both ends, configure the container end, attach the host end."""
         cfg = netconfig.NetConfig.parse(req.config)
         inner, outer = links.host_name(req, "c"), links.host_name(req, "h")
-        alias = links.tag(req)
-        created = links.CreatedLinks((outer,), alias, (inner,))  # one end takes both
+        alias, rate = links.tag(req), shaping.allocated(req)
+        ifb: tuple[str, ...] = (shaping.ifb_name(req),) if rate else ()
+        created = links.CreatedLinks((outer, *ifb), alias, (inner,))  # one end takes both
         req.journal(created.to_json())  # the names are known before the pair exists
         with netlink.rollback() as undo:
             link = links.create(req, inner, "veth", peer=outer)
             undo.append(lambda: netlink.delete(outer))
             host_end = netlink.require(outer, "veth host end")
             netlink.set_link(host_end, f"tag {outer}", ifalias=alias)
+            if rate:
+                undo.append(lambda: netlink.delete(shaping.ifb_name(req)))
+                shaping.limit(req, host_end, rate)
             mac = netconfig.configure(link, cfg, alias, addresses=links.on_host(req))
             if "bridge" in req.config:
                 bridge = require_allowed_parent(req, req.config["bridge"], "bridge")
@@ -54,7 +60,7 @@ class VethHandler(VirtualLinkHandler):
             edits=links.net_devices_edit(inner, cfg.interface_name),
             undo=created.to_json(),
             network_data=cfg.network_data(mac),
-            created_interfaces=(inner, outer),
-            host_interfaces=(outer,),
+            created_interfaces=(inner, outer, *ifb),
+            host_interfaces=(outer, *ifb),
             pod_interfaces=(netconfig.pod_interface(inner, cfg),),
         )

@@ -1,7 +1,8 @@
 """The shape shared by kinds that create a new virtual link for the container.
 
 They are all served on the node's one shareable virtual device, `netdev-virtual`,
-whose `slots` capacity bounds how many such interfaces the node hands out at once.
+whose `slots` capacity bounds how many such interfaces the node hands out at once, and
+whose `bandwidth` capacity (when the operator sets one) is what their rate limits share.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dradriver.contract.hookspecs import (
     Validated,
 )
 from dradriver.kernel import netlink
-from dradriver.kit import links, netconfig
+from dradriver.kit import links, netconfig, shaping
 
 VIRTUAL_DEVICE = "netdev-virtual"
 VIRTUAL_KIND = "virtual"  # the `kind` attribute of the virtual device
@@ -29,14 +30,18 @@ SLOTS = "slots"
 
 
 def virtual_device(context: HandlerContext) -> list[Device]:
-    """The node's virtual device: shareable, `virtual_slots` slots, one per request."""
+    """The node's virtual device: shareable, `virtual_slots` slots, one per request, and
+    the operator's `virtual_bandwidth` (bits per second), none unless a request asks."""
     if context.virtual_slots <= 0:
         return []
+    capacity = {SLOTS: Capacity(str(context.virtual_slots), default="1")}
+    if context.virtual_bandwidth:
+        capacity[shaping.BANDWIDTH] = shaping.capacity(context)
     return [
         Device(
             VIRTUAL_DEVICE,
             {"type": "netdev", "kind": VIRTUAL_KIND},
-            capacity={SLOTS: Capacity(str(context.virtual_slots), default="1")},
+            capacity=capacity,
             allow_multiple_allocations=True,
         )
     ]
@@ -77,6 +82,8 @@ class VirtualLinkHandler:
 
     type = "netdev"
     kinds: tuple[str, ...] = ()
+    # Why the kind's rate cannot be limited where the pod cannot undo it ("": it can).
+    unlimited = "its link has no host end to limit it on"
 
     def schema(self, kind: str) -> Mapping[str, Any]:
         """Common fields only; subclasses add theirs."""
@@ -92,6 +99,8 @@ class VirtualLinkHandler:
     def validate(self, req: DeviceRequest) -> Validated:
         """Virtual device allocated, kind-specific checks, addresses; no kernel change."""
         require_virtual_device(req)
+        if self.unlimited:
+            shaping.refuse(req, self.unlimited)
         self.check(req)
         return netconfig.checked(req).validated()
 

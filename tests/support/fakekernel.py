@@ -59,6 +59,8 @@ class FakeLink:
     min_mtu: int = 68
     max_mtu: int = 65535
     permanent: str | None = None  # a NIC's own hardware address (None: virtual, or none)
+    rate: int | None = None  # bits per second its root tbf qdisc sends at most
+    redirect: int | None = None  # the index what it receives goes out of (ifb)
 
     @property
     def physical(self) -> bool:
@@ -387,6 +389,21 @@ class FakeKernel:
             changes.setdefault("min_tx_rate", 0)
             changes.setdefault("max_tx_rate", 0)
         self.vfs[(pf_index, vf)] = replace(current, **changes)
+
+    def limit_rate(self, index: int, rate: int) -> None:
+        self.steps.tick(f"limit {index}")
+        link = self._by_index(index)
+        if link.rate is not None:
+            raise NetlinkError("add qdisc", errno.EEXIST)
+        link.rate = rate
+
+    def redirect_ingress(self, index: int, target: int) -> None:
+        self.steps.tick(f"redirect {index}")
+        self._by_index(target)  # it must exist
+        link = self._by_index(index)
+        if link.redirect is not None:
+            raise NetlinkError("add qdisc", errno.EEXIST)
+        link.redirect = target
 
     def close(self) -> None:
         pass

@@ -115,11 +115,16 @@ class Node:
         )
 
     def links(self) -> dict[str, tuple[Any, ...]]:
-        """Every link with what a claim could have changed on it."""
+        """Every link with what a claim could have changed on it (its rate limit, and
+        the link its traffic in is redirected to, by name)."""
+        names = {ln.index: n for n, ln in self.kernel.table.items()}
         return {
-            n: (ln.mtu, ln.address, ln.up, ln.alias, sorted(ln.addresses))
+            n: (
+                ln.mtu, ln.address, ln.up, ln.alias, sorted(ln.addresses), ln.rate,
+                names.get(ln.redirect or 0),
+            )
             for n, ln in self.kernel.table.items()
-        }
+        }  # fmt: skip
 
 
 def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
@@ -159,10 +164,18 @@ def _counted(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., A
 # -- the claims ------------------------------------------------------------------------------
 
 
-def claim_object(uid: str, device: str, params: dict[str, Any], share: bool) -> dict[str, Any]:
-    result = {"request": "nic", "pool": "node-a", "device": device}
+def claim_object(
+    uid: str,
+    device: str,
+    params: dict[str, Any],
+    share: bool,
+    consumed: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"request": "nic", "pool": "node-a", "device": device}
     if share:
         result["shareID"] = str(uuid.UUID(int=uuid.UUID(uid).int ^ 1))
+    if consumed:
+        result["consumedCapacity"] = consumed
     return allocated_claim("c", [result], uid=uid, config=[opaque(params)], pods=[POD])
 
 
@@ -171,6 +184,11 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
         "netdev-virtual",
         {"kind": "veth", "interfaceName": "net1", "mtu": 1400,
          "ipAddresses": ["198.51.100.7/24", "2001:db8::7/64"]},
+        True,
+    ),
+    "veth-limited": (  # given 100 Mbit/s of the virtual device's bandwidth (CONSUMED)
+        "netdev-virtual",
+        {"kind": "veth", "interfaceName": "net1", "ipAddresses": ["198.51.100.6/24"]},
         True,
     ),
     "macvlan": (
@@ -186,6 +204,8 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
         False,
     ),
 }  # fmt: skip
+# What the scheduler gave a kind's request of the virtual device's capacities.
+CONSUMED = {"veth-limited": {"slots": "1", "bandwidth": "100M"}}
 UID = "5a0c6f5e-0000-4000-8000-000000000001"
 POD = "5a0c6f5e-0000-4000-8000-0000000000aa"
 
@@ -198,7 +218,8 @@ def claim_ref() -> ClaimRef:
 def add_claim(node: Node, kind: str) -> None:
     """Put the claim of one of KINDS into the API."""
     device, netdev, share = KINDS[kind]
-    node.api.fake.add_claim(claim_object(UID, device, {"type": "netdev", "netdev": netdev}, share))
+    params = {"type": "netdev", "netdev": netdev}
+    node.api.fake.add_claim(claim_object(UID, device, params, share, CONSUMED.get(kind)))
 
 
 def prepare_one(preparer: Preparer) -> Outcome:

@@ -1,5 +1,6 @@
 """Every number and struct layout of dradriver/rtnl is the kernel's: compiled against the
-UAPI headers (linux/{netlink,rtnetlink,if_link,if_addr,veth,if}.h) by the C compiler."""
+UAPI headers (linux/{netlink,rtnetlink,if_link,if_addr,veth,if}.h and the traffic-control
+ones) by the C compiler."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.kernel.rtnl import addresses, links, routes, wire
+from dradriver.kernel.rtnl import addresses, links, routes, tc, wire
 from tests.support import hosttools
 
 # C expression -> our value.
@@ -108,9 +109,43 @@ CONSTANTS = {
     "IFLA_VF_LINK_STATE_AUTO": links.VF_LINK_STATES["auto"],
     "IFLA_VF_LINK_STATE_ENABLE": links.VF_LINK_STATES["enable"],
     "IFLA_VF_LINK_STATE_DISABLE": links.VF_LINK_STATES["disable"],
+    "RTM_NEWQDISC": tc.RTM_NEWQDISC,
+    "RTM_NEWTFILTER": tc.RTM_NEWTFILTER,
+    "TCA_KIND": tc.TCA_KIND,
+    "TCA_OPTIONS": tc.TCA_OPTIONS,
+    "TC_H_ROOT": tc.TC_H_ROOT,
+    "TC_H_INGRESS": tc.TC_H_INGRESS,
+    "TC_H_MAKE(TC_H_INGRESS, 0)": tc.INGRESS_HANDLE,
+    "TCA_TBF_PARMS": tc.TCA_TBF_PARMS,
+    "TCA_TBF_RATE64": tc.TCA_TBF_RATE64,
+    "TCA_TBF_BURST": tc.TCA_TBF_BURST,
+    "TC_LINKLAYER_ETHERNET": tc.TC_LINKLAYER_ETHERNET,
+    "TCA_U32_SEL": tc.TCA_U32_SEL,
+    "TCA_U32_ACT": tc.TCA_U32_ACT,
+    "TC_U32_TERMINAL": tc.TC_U32_TERMINAL,
+    "TCA_ACT_KIND": tc.TCA_ACT_KIND,
+    "TCA_ACT_OPTIONS": tc.TCA_ACT_OPTIONS,
+    "TCA_MIRRED_PARMS": tc.TCA_MIRRED_PARMS,
+    "TC_ACT_STOLEN": tc.TC_ACT_STOLEN,
+    "TCA_EGRESS_REDIR": tc.TCA_EGRESS_REDIR,
+    "ETH_P_ALL": tc.ETH_P_ALL,
+    "sizeof(struct tcmsg)": tc.TCMSG.size,
+    "offsetof(struct tcmsg, tcm_ifindex)": 4,
+    "offsetof(struct tcmsg, tcm_parent)": 12,
+    "sizeof(struct tc_ratespec)": tc._RATESPEC.size,
+    "offsetof(struct tc_ratespec, rate)": 8,
+    "sizeof(struct tc_tbf_qopt)": 2 * tc._RATESPEC.size + tc._TBF_TAIL.size,
+    "sizeof(struct tc_u32_sel)": tc._U32_SEL.size,
+    "offsetof(struct tc_u32_sel, hmask)": 12,
+    "sizeof(struct tc_u32_key)": tc._U32_KEY.size,
+    "sizeof(struct tc_mirred)": tc._MIRRED.size,
+    "offsetof(struct tc_mirred, eaction)": 20,
 }
 
-HEADERS = ["netlink", "rtnetlink", "if_link", "if_addr", "veth", "if"]
+HEADERS = [
+    "netlink", "rtnetlink", "if_link", "if_addr", "veth", "if", "if_ether", "pkt_sched",
+    "pkt_cls", "tc_act/tc_mirred",
+]  # fmt: skip
 
 
 def test_constants_and_layouts_match_the_uapi_headers(tmp_path: Path):

@@ -204,7 +204,7 @@ def test_a_prepared_claim_whose_interface_is_gone_is_prepared_again(node, refere
 
 
 def _without_macs(links: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
-    return {n: (mtu, up, alias, addrs) for n, (mtu, _, up, alias, addrs) in links.items()}
+    return {n: (mtu, up, alias, *rest) for n, (mtu, _, up, alias, *rest) in links.items()}
 
 
 def test_a_missing_spec_file_is_written_again_from_the_record(node):

@@ -29,7 +29,7 @@ from pathlib import Path
 from dradriver.base.log import event
 from dradriver.kernel import nsfs, rdmanl
 from dradriver.kernel.objects import CreateAttrs, Link, LinkAttrs, NetlinkError, Route, VfSettings
-from dradriver.kernel.rtnl import addresses, links, routes, wire
+from dradriver.kernel.rtnl import addresses, links, routes, tc, wire
 
 log = logging.getLogger(__name__)
 PROC_SYS = Path("/proc/sys")
@@ -245,6 +245,16 @@ class RtnlKernel:
         """Set a VF's settings through its PF."""
         what = f"set VF {vf} of interface {pf_index}"
         self._ask(links.set_vf(pf_index, vf, settings), Reply.ACK, what)
+
+    def limit_rate(self, index: int, rate: int) -> None:
+        """Limit what one interface sends to `rate` bits per second."""
+        self._ask(tc.tbf(index, rate), Reply.ACK, f"limit interface {index} to {rate} bit/s")
+
+    def redirect_ingress(self, index: int, target: int) -> None:
+        """Send what one interface receives out of interface `target` instead."""
+        what = f"redirect what interface {index} receives to interface {target}"
+        self._ask(tc.ingress(index), Reply.ACK, what)
+        self._ask(tc.redirect(index, target), Reply.ACK, what)
 
     # -- namespaces (a socket stays in the namespace it was opened in) ---------------
 

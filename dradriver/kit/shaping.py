@@ -1,0 +1,69 @@
+"""A claim's share of the `bandwidth` capacity, enforced on the host side of its link.
+
+The scheduler writes what each claim takes of a shareable device's capacity in the
+allocation (`consumedCapacity`); the driver limits the claim's interface to its
+`bandwidth` there, in both directions, on the host end of a veth, where the pod has
+no rights to change it:
+- what the pod receives: a token bucket (tbf) as the host end's root qdisc;
+- what the pod sends: the host end's ingress is redirected to an ifb link of the claim's
+  (named and tagged like its other links), whose own token bucket limits it.
+Both go with the links at unprepare; after a reboot the record's allocation brings
+them back with the links. A request that takes no bandwidth is not limited.
+"""
+
+from __future__ import annotations
+
+from dradriver.base.errors import ClaimError
+from dradriver.contract import quantity
+from dradriver.contract.hookspecs import Capacity, DeviceRequest, HandlerContext
+from dradriver.kernel import netlink
+from dradriver.kit import links
+
+BANDWIDTH = "bandwidth"  # the capacity's name, in bits per second
+FIELD = f"capacity.requests.{BANDWIDTH}"
+
+
+def capacity(context: HandlerContext) -> Capacity:
+    """The `bandwidth` capacity the operator gives the virtual device: requests that do
+    not ask take none (and are not limited); the others take multiples of the step."""
+    return Capacity(
+        quantity.render(context.virtual_bandwidth),
+        default="0",
+        minimum="0",
+        step=quantity.render(context.bandwidth_step),
+    )
+
+
+def allocated(req: DeviceRequest) -> int:
+    """The bits per second the scheduler gave this device (0: no limit)."""
+    text = req.consumed.get(BANDWIDTH)
+    if text is None:
+        return 0
+    try:
+        return quantity.parse(str(text))
+    except ValueError as exc:
+        raise ClaimError(f"consumedCapacity.{BANDWIDTH}: {exc}") from None
+
+
+def refuse(req: DeviceRequest, why: str) -> None:
+    """Refuse a device that was given bandwidth its kind cannot enforce (`why`)."""
+    if allocated(req):
+        raise ClaimError(
+            f"{FIELD}: kind {req.kind} cannot be limited to its bandwidth ({why}); "
+            "request bandwidth with kind veth, or leave it out"
+        )
+
+
+def ifb_name(req: DeviceRequest) -> str:
+    """The host name of the ifb link that carries what the device's pod sends."""
+    return links.host_name(req, "b")
+
+
+def limit(req: DeviceRequest, host_end: netlink.Link, rate: int) -> None:
+    """Limit both directions through `host_end` to `rate` bits per second (the ifb
+    link it needs is created here; the caller has journalled its name)."""
+    ifb = links.create(req, ifb_name(req), "ifb")
+    netlink.set_link(ifb, f"tag and start {ifb.name}", ifalias=links.tag(req), state="up")
+    netlink.limit_rate(ifb, rate)
+    netlink.limit_rate(host_end, rate)
+    netlink.redirect_ingress(host_end, ifb)
