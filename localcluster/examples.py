@@ -34,6 +34,7 @@ _LINK_SETUP = {
     "ipvlan": ["link", "p0", "type", "ipvlan", "mode", "l2"],
     "dummy": ["type", "dummy"],
     "bridge": ["type", "bridge"],
+    "ifb": ["type", "ifb"],  # what a claim's bandwidth limit redirects its pod's traffic to
 }
 
 

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from dradriver import settings as settings_mod
+from dradriver.contract import quantity
 from tests.deploy import cel
 from tests.deploy.support import (
     DEPLOY,
@@ -74,6 +75,8 @@ NON_DEFAULT: dict[str, Any] = {
         "sriovPfs": ["ens2f*", "ens3"],
         "claimAddressRanges": ["10.20.0.0/16", "fd00:20::/64"],
         "virtualSlots": 7,
+        "virtualBandwidth": "10G",
+        "bandwidthStep": "10M",
         "publishInterval": 2.5,
         "callBudget": 12.5,
         "linkDeletionDelay": 0.5,
@@ -304,6 +307,8 @@ def test_values_reach_the_driver_as_its_settings(helm, tmp_path, monkeypatch):
             expected = tuple(value)
         elif key in NON_DEFAULT["hostPaths"]:
             expected = Path(value)
+        elif key in ("virtualBandwidth", "bandwidthStep"):  # quantities, in bits per second
+            expected = quantity.parse(value)
         assert actual == expected, f"{key}: driver got {actual!r}, values say {value!r}"
 
 
@@ -508,6 +513,8 @@ def test_optional_objects_and_metrics(helm, tmp_path):
         ),
         (["--set", "settings.virtualSlots=5000"], "/settings/virtualSlots"),
         (["--set", "settings.virtualSlots=many"], "/settings/virtualSlots"),
+        (["--set", "settings.virtualBandwidth=10 Gbit"], "/settings/virtualBandwidth"),
+        (["--set", "settings.bandwidthStep="], "/settings/bandwidthStep"),
         (["--set", "driverName=Net_Driver"], "/driverName"),
         (["--set", "settings.logLevel=verbose"], "/settings/logLevel"),
         (["--set", "settings.virtualParents={eth0,eth1 eth2}"], "/settings/virtualParents/1"),

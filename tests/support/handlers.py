@@ -55,8 +55,10 @@ def request(
     ctx: HandlerContext | None = None,
     claim_uid: str | None = None,
     journal: Callable[[Mapping[str, Any]], None] | None = None,
+    consumed: Mapping[str, str] | None = None,
 ) -> tuple[Handler, DeviceRequest]:
-    """The handler and request prepare.py would build for one allocated device."""
+    """The handler and request prepare.py would build for one allocated device
+    (`consumed`: what the scheduler gave it of the device's capacities)."""
     device = device or virtual_device("netdev-virtual")
     resolved = SCHEMA.resolve(params, device)
     uid = claim_uid or str(uuid.uuid4())
@@ -72,6 +74,7 @@ def request(
         config=resolved.config,
         published=device,
         context=ctx or context(),
+        consumed=consumed or {},
     )
     if journal is not None:
         req = DeviceRequest(**{**req.__dict__, "journal": journal})

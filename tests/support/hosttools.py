@@ -17,6 +17,7 @@ import pytest
 PACKAGES = {
     "ip": "iproute2",
     "rdma": "iproute2",
+    "tc": "iproute2",
     "modprobe": "kmod",
     "make": "make",
     "cc": "gcc",
@@ -25,6 +26,7 @@ PACKAGES = {
     "umount": "mount",
     "dd": "coreutils",
     "go": "golang (or Go from go.dev in /usr/local/go/bin)",
+    "iperf3": "iperf3",
 }
 
 

@@ -1,0 +1,196 @@
+"""Scenario 3c: bandwidth as consumable capacity. The node offers 200 Mbit/s on its
+virtual device; the real scheduler gives one pod 150M, keeps a 100M pod Pending with its
+reason, still places a pod that asks for no bandwidth, and places the 100M pod once the
+first is gone. The driver limits each claim's links to what the scheduler gave it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from localcluster.apiclient import ApiError
+from tests.deploy.support import gen_manifests
+from tests.support import hosttools
+from tests.support.helm import helm_binary
+from tests.support.waiting import wait_for
+
+from .cluster import ADMISSION, RESOURCE, Cluster
+from .conftest import Node
+from .kubelet import results
+from .test_3_capacity import claim_pod, prepare_pod, unschedulable, veth_template
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.kind("veth")]
+
+
+def bandwidth_template(namespace: str, name: str, bandwidth: str | None) -> dict[str, Any]:
+    """One veth claim asking for `bandwidth` (None: for none, so not limited)."""
+    template = veth_template(namespace, name)
+    if bandwidth is not None:
+        [request] = template["spec"]["spec"]["devices"]["requests"]
+        request["exactly"]["capacity"]["requests"]["bandwidth"] = bandwidth
+    return template
+
+
+def rates(node: Node, claim_uid: str) -> dict[str, int]:
+    """The rate of the root qdisc of each link tagged for the claim, in bits per second
+    (as `tc` reads it: bytes per second in its JSON)."""
+    out = {}
+    for name, uid in node.tagged().items():
+        if uid != claim_uid:
+            continue
+        shown = hosttools.run(
+            ["ip", "netns", "exec", node.ns, "tc", "-j", "qdisc", "show", "dev", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        qdiscs = json.loads(shown.stdout)
+        for q in qdiscs:
+            if q.get("root") and q["kind"] == "tbf":
+                out[name] = int(q["options"]["rate"]) * 8
+    return out
+
+
+def test_the_scheduler_keeps_the_sum_of_bandwidth_within_the_node_and_it_is_enforced(
+    cluster: Cluster, node: Node, kns: str
+) -> None:
+    d = node.start_driver("--virtual-bandwidth", "200M", "--bandwidth-step", "10M")
+    wait_for(
+        "netdev-virtual with 200M of bandwidth",
+        lambda: cluster.devices().get("netdev-virtual", {}).get("capacity", {}).get("bandwidth"),
+    )
+    offered = cluster.devices()["netdev-virtual"]["capacity"]["bandwidth"]
+    assert offered == {
+        "value": "200M",
+        "requestPolicy": {"default": "0", "validRange": {"min": "0", "step": "10M"}},
+    }
+    cluster.apply(bandwidth_template(kns, "fast", "150M"))
+    cluster.apply(bandwidth_template(kns, "slow", "100M"))
+    cluster.apply(bandwidth_template(kns, "free", None))
+
+    cluster.apply(claim_pod(kns, "fast-app", "fast"))
+    fast = cluster.wait_bound(kns, "fast-app")
+    fast_claim, _ = prepare_pod(cluster, d, fast)
+    [given] = results(fast_claim)
+    assert given["consumedCapacity"] == {"slots": "1", "bandwidth": "150M"}
+    uid = fast_claim["metadata"]["uid"]
+    limited = rates(node, uid)
+    assert sorted(limited.values()) == [150_000_000, 150_000_000], limited  # host end, ifb
+
+    # 150M + 100M > 200M: the scheduler says so, and the pod waits.
+    cluster.apply(claim_pod(kns, "slow-app", "slow"))
+    pod = wait_for(
+        "slow-app to be unschedulable",
+        lambda: unschedulable(cluster, kns, "slow-app"),
+        log=lambda: cluster.scheduling_state(kns, "slow-app"),
+    )
+    cond = cluster.condition(pod, "PodScheduled")
+    assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
+
+    # A claim that asks for no bandwidth takes none, and is not limited.
+    cluster.apply(claim_pod(kns, "free-app", "free"))
+    free = cluster.wait_bound(kns, "free-app")
+    free_claim, _ = prepare_pod(cluster, d, free)
+    assert results(free_claim)[0]["consumedCapacity"] == {"slots": "1", "bandwidth": "0"}
+    assert rates(node, free_claim["metadata"]["uid"]) == {}
+
+    # The first pod goes: its bandwidth is released, and the waiting pod is placed.
+    cluster.delete_pod(kns, "fast-app")
+    assert d.unprepare([fast_claim]).claims[uid].error == ""
+    assert uid not in node.tagged().values()
+    cluster.finish_pod_deletion(kns, "fast-app")
+    cluster.wait_pod_gone(kns, "fast-app")
+    cluster.wait_claims_released(kns, [fast_claim["metadata"]["name"]])
+    slow = cluster.wait_bound(kns, "slow-app")
+    slow_claim, _ = prepare_pod(cluster, d, slow)
+    slow_rates = rates(node, slow_claim["metadata"]["uid"])
+    assert sorted(slow_rates.values()) == [100_000_000, 100_000_000], slow_rates
+
+    resp = d.unprepare([slow_claim, free_claim])
+    assert {e.error for e in resp.claims.values()} == {""}
+    assert node.tagged() == {}
+
+
+def _policy_objects() -> list[dict[str, Any]]:
+    """The chart's bandwidth policy and binding for a node offering 200M in steps of 10M."""
+    rendered = gen_manifests().render(
+        helm_binary(),
+        "--set", "settings.virtualBandwidth=200M",
+        "--set", "settings.bandwidthStep=10M",
+        "--show-only", "templates/driver/bandwidth-policy.yaml",
+    )  # fmt: skip
+    return [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def _claim(name: str, bandwidth: str, sub: bool = False) -> dict[str, Any]:
+    """A claim asking the virtual class for `bandwidth` (in a firstAvailable subrequest)."""
+    exactly = {"deviceClassName": "virtual-network", "capacity": {"requests": {}}}
+    exactly["capacity"]["requests"]["bandwidth"] = bandwidth
+    request: dict[str, Any] = {"name": "net"}
+    if sub:
+        request["firstAvailable"] = [{"name": "fast", **exactly}]
+    else:
+        request["exactly"] = exactly
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+def _refusal(cluster: Cluster, namespace: str, claim: dict[str, Any]) -> str | None:
+    """The API server's refusal of creating `claim` (a dry run), or None."""
+    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims?dryRun=All"
+    try:
+        cluster.cp.request("POST", path, claim)
+    except ApiError as e:
+        return str(e)
+    return None
+
+
+def test_a_bandwidth_request_no_node_offers_or_off_the_step_is_refused_at_creation(
+    cluster: Cluster, kns: str
+) -> None:
+    objects = _policy_objects()
+    [policy] = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    cluster.apply(objects)
+    try:
+        wait_for(
+            f"{policy} to be enforced",
+            lambda: _refusal(cluster, kns, _claim("probe", "1G")) is not None,
+            30,
+        )
+        too_much = _refusal(cluster, kns, _claim("big", "300M")) or ""
+        assert f"ValidatingAdmissionPolicy '{policy}'" in too_much, too_much
+        assert (
+            "spec.devices.requests[net].exactly.capacity.requests.bandwidth: 300M is more "
+            "than the 200M a node's virtual device offers"
+        ) in too_much, too_much
+        off_step = _refusal(cluster, kns, _claim("odd", "15M", sub=True)) or ""
+        assert (
+            "spec.devices.requests[net].firstAvailable[fast].capacity.requests.bandwidth: "
+            "15M is not a multiple of 10M"
+        ) in off_step, off_step
+        template = bandwidth_template(kns, "tmpl", "250M")
+        try:
+            cluster.cp.request(
+                "POST", f"{RESOURCE}/namespaces/{kns}/resourceclaimtemplates?dryRun=All", template
+            )
+            refused = ""
+        except ApiError as e:
+            refused = str(e)
+        assert "spec.spec.devices.requests[net].exactly.capacity.requests.bandwidth: 250M" in (
+            refused
+        ), refused
+        for fine in (_claim("ok", "200M"), _claim("ok-sub", "10M", sub=True), _claim("g", "0")):
+            assert _refusal(cluster, kns, fine) is None
+    finally:
+        for obj in objects:
+            kind = "validatingadmissionpolicies"
+            if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+                kind = "validatingadmissionpolicybindings"
+            cluster.delete(f"{ADMISSION}/{kind}/{obj['metadata']['name']}")
