@@ -37,6 +37,7 @@ EXPECTED_FILES = {
     "deployment.yaml",
     "multi-nic-deployment.yaml",
     "selection-examples.yaml",
+    "bandwidth-example.yaml",
 }
 
 
