@@ -393,6 +393,6 @@ def _bandwidth(total: str, step: str) -> tuple[int, int]:
     if bits % unit:
         raise SystemExit(
             f"--virtual-bandwidth {total} is not a multiple of --bandwidth-step {step}: "
-            "the API server refuses such a capacity"
+            "a request of all of it would be rounded beyond it"
         )
     return bits, unit

@@ -59,10 +59,15 @@ def ifb_name(req: DeviceRequest) -> str:
     return links.host_name(req, "b")
 
 
-def limit(req: DeviceRequest, host_end: netlink.Link, rate: int) -> None:
-    """Limit both directions through `host_end` to `rate` bits per second (the ifb
-    link it needs is created here; the caller has journalled its name)."""
-    ifb = links.create(req, ifb_name(req), "ifb")
+def create_ifb(req: DeviceRequest) -> netlink.Link:
+    """Create the device's ifb link, down and untagged (the caller has journalled its
+    name, and deletes it if a later step fails)."""
+    return links.create(req, ifb_name(req), "ifb")
+
+
+def limit(req: DeviceRequest, host_end: netlink.Link, ifb: netlink.Link, rate: int) -> None:
+    """Limit both directions through `host_end` to `rate` bits per second: what it
+    receives (the pod's sending) goes through the device's `ifb`, tagged and started."""
     netlink.set_link(ifb, f"tag and start {ifb.name}", ifalias=links.tag(req), state="up")
     netlink.limit_rate(ifb, rate)
     netlink.limit_rate(host_end, rate)

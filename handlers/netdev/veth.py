@@ -48,8 +48,9 @@ class VethHandler(VirtualLinkHandler):
             host_end = netlink.require(outer, "veth host end")
             netlink.set_link(host_end, f"tag {outer}", ifalias=alias)
             if rate:
-                undo.append(lambda: netlink.delete(shaping.ifb_name(req)))
-                shaping.limit(req, host_end, rate)
+                ifb_end = shaping.create_ifb(req)
+                undo.append(lambda: netlink.delete(ifb_end.name))
+                shaping.limit(req, host_end, ifb_end, rate)
             mac = netconfig.configure(link, cfg, alias, addresses=links.on_host(req))
             if "bridge" in req.config:
                 bridge = require_allowed_parent(req, req.config["bridge"], "bridge")
@@ -61,6 +62,6 @@ class VethHandler(VirtualLinkHandler):
             undo=created.to_json(),
             network_data=cfg.network_data(mac),
             created_interfaces=(inner, outer, *ifb),
-            host_interfaces=(outer, *ifb),
+            host_interfaces=(outer,),  # (an ifb gone loses the limit, not the pod's NIC)
             pod_interfaces=(netconfig.pod_interface(inner, cfg),),
         )

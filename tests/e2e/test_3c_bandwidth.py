@@ -125,15 +125,23 @@ def _policy_objects() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(rendered) if d]
 
 
-def _claim(name: str, bandwidth: str, sub: bool = False) -> dict[str, Any]:
-    """A claim asking the virtual class for `bandwidth` (in a firstAvailable subrequest)."""
-    exactly = {"deviceClassName": "virtual-network", "capacity": {"requests": {}}}
-    exactly["capacity"]["requests"]["bandwidth"] = bandwidth
+def _claim(name: str, bandwidth: str, sub: bool = False, fallback: str = "") -> dict[str, Any]:
+    """A claim asking the virtual class for `bandwidth` (in a firstAvailable subrequest
+    `fast`, followed by a subrequest `slow` for `fallback` when given)."""
+
+    def asking(amount: str) -> dict[str, Any]:
+        return {
+            "deviceClassName": "virtual-network",
+            "capacity": {"requests": {"bandwidth": amount}},
+        }
+
     request: dict[str, Any] = {"name": "net"}
     if sub:
-        request["firstAvailable"] = [{"name": "fast", **exactly}]
+        request["firstAvailable"] = [{"name": "fast", **asking(bandwidth)}]
+        if fallback:
+            request["firstAvailable"].append({"name": "slow", **asking(fallback)})
     else:
-        request["exactly"] = exactly
+        request["exactly"] = asking(bandwidth)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -170,6 +178,11 @@ def test_a_bandwidth_request_no_node_offers_or_off_the_step_is_refused_at_creati
             "spec.devices.requests[net].exactly.capacity.requests.bandwidth: 300M is more "
             "than the 200M a node's virtual device offers"
         ) in too_much, too_much
+        only_too_much = _refusal(cluster, kns, _claim("big-sub", "300M", sub=True)) or ""
+        assert (
+            "spec.devices.requests[net].firstAvailable[fast].capacity.requests.bandwidth: "
+            "300M is more than the 200M"
+        ) in only_too_much, only_too_much
         off_step = _refusal(cluster, kns, _claim("odd", "15M", sub=True)) or ""
         assert (
             "spec.devices.requests[net].firstAvailable[fast].capacity.requests.bandwidth: "
@@ -186,8 +199,14 @@ def test_a_bandwidth_request_no_node_offers_or_off_the_step_is_refused_at_creati
         assert "spec.spec.devices.requests[net].exactly.capacity.requests.bandwidth: 250M" in (
             refused
         ), refused
-        for fine in (_claim("ok", "200M"), _claim("ok-sub", "10M", sub=True), _claim("g", "0")):
-            assert _refusal(cluster, kns, fine) is None
+        fine = [
+            _claim("ok", "200M"),
+            _claim("ok-sub", "10M", sub=True),
+            _claim("none", "0"),
+            _claim("fallback", "300M", sub=True, fallback="100M"),  # the scheduler falls back
+        ]
+        for claim in fine:
+            assert _refusal(cluster, kns, claim) is None, claim["metadata"]["name"]
     finally:
         for obj in objects:
             kind = "validatingadmissionpolicies"

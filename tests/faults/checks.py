@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dradriver.contract import naming
+from dradriver.contract import naming, quantity
 from dradriver.state import cdi
+from tests.support.hosttools import run
 from tests.support.runtime import links_in
 
 DRIVER = "dra.example.com"
@@ -42,6 +43,23 @@ def check_invariants(ns: str, driver: Any) -> None:
         for device in doc["devices"]:
             for name in device["created_interfaces"]:
                 assert present.get(name) == uid, f"record {uid} names missing interface {name}"
+            given = (doc.get("capacity") or {}).get(device["key"], {}).get("bandwidth")
+            if given is not None:  # both ways of its traffic held to what it was given
+                rates = [_rate(ns, name) for name in device["created_interfaces"]]
+                limits = [rate for rate in rates if rate is not None]
+                assert limits == [quantity.parse(given)] * 2, (uid, rates)
+
+
+def _rate(ns: str, link: str) -> int | None:
+    """The rate of the link's root token bucket in bits per second (None: it has none)."""
+    shown = run(
+        ["ip", "netns", "exec", ns, "tc", "-j", "qdisc", "show", "dev", link, "root"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rates = [q["options"]["rate"] * 8 for q in json.loads(shown.stdout) if q["kind"] == "tbf"]
+    return rates[0] if rates else None
 
 
 def expected_answer(claim: dict[str, Any]) -> list[tuple[Any, ...]]:

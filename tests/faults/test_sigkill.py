@@ -28,7 +28,11 @@ SEED = 20261125
 
 
 def _claims(fake, tag: str) -> list[dict]:
-    claims = [veth_claim(f"{tag}-{i}", interface="net1") for i in range(BATCH)]
+    # Every other claim is given bandwidth: its ifb and limits are made and undone too.
+    claims = [
+        veth_claim(f"{tag}-{i}", interface="net1", bandwidth="100M" if i % 2 else None)
+        for i in range(BATCH)
+    ]
     for claim in claims:
         fake.add_claim(claim)
     return claims

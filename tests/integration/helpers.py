@@ -22,19 +22,22 @@ def veth_claim(
     extra: dict[str, Any] | None = None,
     request: str = "nic",
     pods: list[str] | None = None,
+    bandwidth: str | None = None,
 ) -> dict[str, Any]:
-    """A claim allocated on the shared virtual device with a veth config."""
+    """A claim allocated on the shared virtual device with a veth config (given
+    `bandwidth` of the device by the scheduler, when set)."""
     netdev = {"kind": "veth", "interfaceName": interface, **(extra or {})}
+    result = {
+        "request": request,
+        "pool": "node-a",
+        "device": "netdev-virtual",
+        "shareID": str(uuid.uuid4()),
+    }
+    if bandwidth is not None:
+        result["consumedCapacity"] = {"slots": "1", "bandwidth": bandwidth}
     return allocated_claim(
         name,
-        [
-            {
-                "request": request,
-                "pool": "node-a",
-                "device": "netdev-virtual",
-                "shareID": str(uuid.uuid4()),
-            }
-        ],
+        [result],
         config=[opaque({"type": "netdev", "netdev": netdev})],
         pods=pods,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import struct
+import uuid
 
 import pytest
 from dradriver.handlers.netdev import virtual
@@ -14,7 +15,7 @@ from dradriver.handlers.netdev import virtual
 from dradriver import settings
 from dradriver.apiserver import slices
 from dradriver.claims import resolution
-from dradriver.contract import quantity
+from dradriver.contract import naming, quantity
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.kernel.rtnl import tc, wire
 from tests.support.fakeapi import allocated_claim, opaque
@@ -205,3 +206,14 @@ def test_the_redirect_sends_every_received_packet_to_the_ifb():
     assert wire.string(action[tc.TCA_ACT_KIND]) == "mirred"
     parms = wire.attrs(action[tc.TCA_ACT_OPTIONS])[tc.TCA_MIRRED_PARMS]
     assert struct.unpack("=IIiiiiI", parms)[2:] == (tc.TC_ACT_STOLEN, 0, 0, 1, 9)
+
+
+def test_an_ifb_of_another_owner_with_the_claims_name_is_never_touched(node: Node):
+    add_claim(node, "veth-limited")
+    share = str(uuid.UUID(int=uuid.UUID(UID).int ^ 1))  # the share statenode's claims get
+    name = naming.host_ifname(UID, naming.device_key("nic", "netdev-virtual", share), "b")
+    node.kernel.add(name, "ifb", alias="dra:someone-else")
+    error = prepare_one(node.preparer()).error or ""
+    assert f"interface {name} exists and belongs to someone else" in error
+    assert node.kernel.table[name].alias == "dra:someone-else"
+    assert set(node.kernel.table) == {"ens1", "ens2", name} and node.files() == []

@@ -51,8 +51,8 @@ def tcmsg(index: int, handle: int, parent: int, info: int = 0) -> bytes:
 
 
 def burst(rate: int) -> int:
-    """Bytes the bucket holds for `rate` bits per second."""
-    return max(MIN_BURST, int(rate / 8 * BURST_TIME))
+    """Bytes the bucket holds for `rate` bits per second (at most what a u32 holds)."""
+    return min(0xFFFFFFFF, max(MIN_BURST, int(rate / 8 * BURST_TIME)))
 
 
 def tbf(index: int, rate: int) -> wire.Request:
