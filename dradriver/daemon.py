@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from dradriver.apiserver.events import EventRecorder
 from dradriver.apiserver.inventory import Inventory
+from dradriver.apiserver.ipamblocks import Blocks
 from dradriver.apiserver.kubeapi import KubeApi
 from dradriver.apiserver.publisher import Publisher
 from dradriver.apiserver.status import StatusWriter
@@ -26,6 +27,7 @@ from dradriver.claims import reconcile
 from dradriver.claims.ahead import PrepareAhead
 from dradriver.claims.budget import CallGate
 from dradriver.claims.failures import FailureEvents
+from dradriver.claims.ipam import AddressBook
 from dradriver.claims.prefetch import ClaimPrefetch
 from dradriver.claims.prepare import Preparer
 from dradriver.contract import naming
@@ -38,9 +40,11 @@ from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
 from dradriver.nri import NriPlugin
 from dradriver.nrimode.sandboxes import PodSandboxes
-from dradriver.selfcheck import check_allow_lists, keep_reporting, reporter_for
+from dradriver.selfcheck import check_allow_lists, check_pools, keep_reporting, reporter_for
 from dradriver.settings import Settings
 from dradriver.state.injection import AUTO
+from dradriver.state.ipamstore import IpamStore
+from dradriver.state.records import PREPARED, ClaimRecord
 from dradriver.state.recordstore import RecordStore
 
 logger = logging.getLogger(__name__)
@@ -139,6 +143,7 @@ def run(settings: Settings) -> int:
     reporter = reporter_for(settings, recorder)
     make_directories(settings)
     check_allow_lists(settings, reporter)
+    refused = check_pools(settings, context, reporter)
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
     metrics = serve_metrics(settings.metrics_addr)
@@ -169,14 +174,9 @@ def run(settings: Settings) -> int:
         failures=FailureEvents(recorder),
         metadata_root=settings.plugin_dir,
         early=prefetch.take,
+        addresses=address_book(settings, api, lock, refused),
     )
-
-    with lock:  # another instance (rolling update) may be preparing right now
-        loaded, unusable = records.load_all()
-        report = reconcile.reconcile(
-            loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
-        )
-        prepare_ahead(settings, preparer, prefetch, metrics)  # marks read under the lock
+    loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
@@ -235,6 +235,42 @@ def serve_metrics(addr: str | None) -> Metrics:
     if addr:
         metrics.serve(addr)
     return metrics
+
+
+def start_up(
+    settings: Settings,
+    preparer: Preparer,
+    lock: SerializeLock,
+    prefetch: ClaimPrefetch,
+    metrics: Metrics,
+) -> tuple[list[ClaimRecord], list[str], reconcile.Report]:
+    """Under the cross-instance lock (another instance of a rolling update may be
+    preparing right now): the records loaded and reconciled, the pools' addresses
+    rebuilt from the prepared ones, the claims prepared ahead picked up."""
+    with lock:
+        loaded, unusable = preparer.records.load_all()
+        report = reconcile.reconcile(
+            loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
+        )
+        if preparer.addresses is not None:
+            kept, _ = preparer.records.load_all()  # as reconciliation left them
+            preparer.addresses.rebuild((r.claim, r.configs) for r in kept if r.phase == PREPARED)
+        prepare_ahead(settings, preparer, prefetch, metrics)  # marks read under the lock
+    return loaded, unusable, report
+
+
+def address_book(
+    settings: Settings, api: KubeApi, lock: SerializeLock, refused: dict[str, str]
+) -> AddressBook | None:
+    """The pools of --ipam-pools on this node (None without pools); cluster pools take
+    their blocks through Leases in the driver's namespace (--pod-namespace)."""
+    if not settings.ipam_pools:
+        return None
+    blocks = None
+    if settings.pod_namespace:
+        blocks = Blocks(api, settings.driver_name, settings.pod_namespace, settings.node_name)
+    store = IpamStore(settings.state_dir)
+    return AddressBook(settings.ipam_pools, store, blocks, lambda: lock, refused)
 
 
 def prepare_ahead(

@@ -16,8 +16,10 @@ from dradriver.apiserver import deviceclasses
 from dradriver.apiserver.events import WARNING, EventRecorder, ObjectRef
 from dradriver.apiserver.kubeapi import ApiError, KubeApi
 from dradriver.base.log import event
+from dradriver.contract import ipam
+from dradriver.contract.hookspecs import HandlerContext
 from dradriver.kernel import netlink
-from dradriver.kit import sysfs
+from dradriver.kit import hostaddr, sysfs
 from dradriver.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -82,6 +84,32 @@ def check_allow_lists(settings: Settings, reporter: Reporter) -> None:
                 value=value,
                 interfaces=",".join(sorted(names)),
             )
+
+
+def check_pools(settings: Settings, context: HandlerContext, reporter: Reporter) -> dict[str, str]:
+    """The pools that could hand out an address this node uses (its own addresses, its
+    routes' gateways, the API server's), each with why: refused on this node, so no
+    claim takes such an address, and reported at start."""
+    if not settings.ipam_pools:
+        return {}
+    try:
+        view = hostaddr.host_view(context)
+    except OSError as exc:
+        event(logger, logging.WARNING, "cannot read the node's addresses", error=exc)
+        return {}
+    used = [
+        (str(network.network_address), what)
+        for network, what in view.taken
+        if network.prefixlen == network.max_prefixlen
+    ]
+    refused: dict[str, str] = {}
+    for problem in ipam.collisions({p.name: p for p in settings.ipam_pools}, used):
+        pool = problem.split()[1]
+        refused.setdefault(pool, problem)
+        reporter.report(
+            logging.ERROR, "PoolRefused", f"ipam {problem}; refused on this node", pool=pool
+        )
+    return refused
 
 
 def check_device_classes(settings: Settings, api: KubeApi, reporter: Reporter) -> None:

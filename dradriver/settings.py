@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dradriver.contract import iprules, macs, naming, quantity
+from dradriver.contract import ipam, iprules, macs, naming, quantity
 from dradriver.state import injection
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
@@ -42,6 +42,7 @@ class Settings:
     virtual_slots: int = 128
     virtual_bandwidth: int = 0  # bits per second; 0: no bandwidth capacity
     bandwidth_step: int = 1_000_000
+    ipam_pools: tuple[ipam.Pool, ...] = ()
     publish_interval: float = 60.0
     claim_prefetch: str = "prepare"  # off | read | prepare
     device_taint_effect: str | None = "NoSchedule"
@@ -141,6 +142,14 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "",
         "comma-separated networks (CIDR) claims may take ipAddresses from (default none: "
         "claims may not set addresses)",
+    )
+    flag(
+        "--ipam-pools",
+        "ipam_pools",
+        "",
+        "address pools claims take addresses from (ipam: {pool: <name>}), as a JSON list of "
+        "{name, ranges, exclude, gateway, routes, scope: cluster|node, blockSize}; every "
+        "range inside --claim-address-ranges (default none)",
     )
     flag(
         "--macvlan-global-macs",
@@ -271,6 +280,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         iprules.parse_ranges(ranges)
     except ValueError as exc:
         raise SystemExit(f"--claim-address-ranges: {exc}") from None
+    pools = _pools(args.ipam_pools, ranges)
     try:
         global_macs = macs.allowed_global(split_list(args.macvlan_global_macs))
     except ValueError as exc:
@@ -293,6 +303,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         "sriov_pfs": split_list(args.sriov_pfs),
         "multus_resource_name": multus,
         "claim_address_ranges": ranges,
+        "ipam_pools": pools,
         "macvlan_global_macs": global_macs,
         "dev_root": Path(args.dev_root),
     }
@@ -396,3 +407,21 @@ def _bandwidth(total: str, step: str) -> tuple[int, int]:
             "a request of all of it would be rounded beyond it"
         )
     return bits, unit
+
+
+def _pools(text: str, ranges: tuple[str, ...]) -> tuple[ipam.Pool, ...]:
+    """--ipam-pools, checked: each range inside --claim-address-ranges."""
+    try:
+        pools = ipam.parse_pools(str(text or ""))
+    except ipam.PoolError as exc:
+        raise SystemExit(f"--ipam-pools: {exc}") from None
+    allowed = iprules.parse_ranges(ranges)
+    for pool in pools.values():
+        for network in pool.ranges:
+            if not any(network.version == a.version and network.subnet_of(a) for a in allowed):  # type: ignore[arg-type]
+                raise SystemExit(
+                    f"--ipam-pools: pool {pool.name}.ranges: {network} is not inside "
+                    f"--claim-address-ranges ({','.join(ranges) or 'none'}): claims may "
+                    "take addresses only from those"
+                )
+    return tuple(pools.values())

@@ -15,6 +15,7 @@ from typing import Any
 from dradriver.apiserver.inventory import Inventory
 from dradriver.base.errors import ClaimError, ConfigError, DeviceError, DriverError
 from dradriver.claims import resolution
+from dradriver.claims.ipam import AddressBook
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import (
@@ -77,12 +78,14 @@ class Planner:
         inventory: Inventory,
         schema: ConfigSchema,
         registry: HandlerRegistry,
+        addresses: AddressBook | None = None,
     ) -> None:
-        """Keep the collaborators."""
+        """Keep the collaborators (`addresses`: the pools a config's `ipam` takes from)."""
         self.context = context
         self.inventory = inventory
         self.schema = schema
         self.registry = registry
+        self.addresses = addresses
 
     def plan(self, ref: ClaimRef, device: resolution.AllocatedDevice, injection: str = CDI) -> Plan:
         """Resolve and validate one allocated device for the `injection` mode; errors
@@ -98,13 +101,14 @@ class Planner:
                 raise DeviceError(f"device {device.device} is not published by this node")
             resolved = self.schema.resolve(device.parameters, published)
             key = naming.device_key(device.base_request, device.device, device.share_id)
+            config = resolved.config
+            if self.addresses is not None and resolved.type == "netdev":
+                config = self.addresses.assign(ref, key, config, f"$.{resolved.type}")
             recorded = DeviceRecord(
                 key, device.base_request, device.pool, device.device, device.share_id,
                 resolved.type, resolved.kind, undo={},
             )  # fmt: skip
-            return self._plan(
-                ref, recorded, resolved.config, injection, published, dict(device.consumed)
-            )
+            return self._plan(ref, recorded, config, injection, published, dict(device.consumed))
 
     def replan(self, record: ClaimRecord) -> list[Plan]:
         """The plans that prepare a recorded claim again from its record, in its mode;

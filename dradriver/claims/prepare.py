@@ -39,6 +39,7 @@ from dradriver.claims.budget import (
     Deadline,
 )
 from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Early, Fetched
+from dradriver.claims.ipam import AddressBook
 from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
 from dradriver.claims.plan import Planner, refuse_oversized, refuse_sharing, reserve_names
 from dradriver.contract import naming
@@ -127,6 +128,7 @@ class Preparer:
         failures: FailureSink | None = None,
         metadata_root: Path | None = None,
         early: Early | None = None,
+        addresses: AddressBook | None = None,
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
@@ -135,7 +137,8 @@ class Preparer:
         claims are prepared in (a prepared claim keeps its own); `failures` hears of each
         claim whose prepare failed, with its object when it was fetched; `metadata_root`
         holds the claims' device metadata files (None: none are written); `early` has
-        claims read before the call (prefetch.py)."""
+        claims read before the call (prefetch.py); `addresses` the pools of `ipam`
+        configs (ipam.py)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -154,7 +157,8 @@ class Preparer:
             lambda uid: not os.path.lexists(records.path(uid)),
             link_deletion_delay,
         )
-        self._planner = Planner(context, inventory, schema, registry)
+        self.addresses = addresses
+        self._planner = Planner(context, inventory, schema, registry, addresses)
         self.lifecycle = ClaimLifecycle(
             context,
             cdi_dir,
@@ -312,27 +316,29 @@ class Preparer:
             self.lifecycle.roll_back(record)
             if ahead_for is None:  # an interrupted prepare ahead: its mark goes with it
                 self.ahead.released(ref.uid, self.records)
-        with phase("plan"):
-            resolved = resolution.resolve(claim(), ref, self.context.driver_name)
-            plans = [
-                self._planner.plan(ref, device, self._injection.value)
-                for device in resolved.devices
-            ]
-            if not plans:
-                return []  # no device of ours in this claim: nothing to do, nothing to record
-            refuse_sharing(resolved, plans)
-            refuse_oversized(resolved, plans)
-            uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
-            self._reserve(ref, resolved.pod_uids, uses, taken)
-        if ahead_for is not None:
-            self.ahead.preparing(ref.uid, ahead_for, self.records)
-        try:
+        try:  # pool addresses handed out while planning go back if the prepare fails
+            with phase("plan"):
+                resolved = resolution.resolve(claim(), ref, self.context.driver_name)
+                plans = [
+                    self._planner.plan(ref, device, self._injection.value)
+                    for device in resolved.devices
+                ]
+                if not plans:
+                    return []  # no device of ours in this claim: nothing to do or record
+                refuse_sharing(resolved, plans)
+                refuse_oversized(resolved, plans)
+                uses = [(p.req.request, p.validated.container_interfaces) for p in plans]
+                self._reserve(ref, resolved.pod_uids, uses, taken)
+            if ahead_for is not None:
+                self.ahead.preparing(ref.uid, ahead_for, self.records)
             record = self.lifecycle.commit(
                 ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim
             )
         except BaseException:
             if ahead_for is not None:
                 self.ahead.released(ref.uid, self.records)
+            if self.addresses is not None:
+                self.addresses.release(ref.uid)
             raise
         if ahead_for is None:  # the mark of a prepare ahead cut short before its journal
             self.ahead.hand_over(ref.uid, self.records, count=False)
@@ -446,6 +452,8 @@ class Preparer:
             return []
         self.lifecycle.release(record)
         self.ahead.released(ref.uid, self.records)
+        if self.addresses is not None:  # after the links: the address left with them
+            self.addresses.release(ref.uid)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if record.phase == PREPARED:
             self._count(-1)

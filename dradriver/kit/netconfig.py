@@ -145,6 +145,20 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "description": "unicast addresses in CIDR form, kept by the runtime when it moves the "
         "link; the node allows only the operator's ranges (--claim-address-ranges)",
     },
+    "ipam": {
+        "type": "object",
+        "properties": {
+            "pool": {
+                "type": "string",
+                "pattern": "^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$",
+                "description": "the name of an address pool the operator defined",
+            },
+            "count": {"type": "integer", "minimum": 1, "maximum": 8, "default": 1},
+        },  # pool is required: checked at prepare (dradriver.claims.ipam)
+        "additionalProperties": False,
+        "description": "take ipAddresses (and the pool's routes) from an operator's pool, "
+        "unique across the cluster (or the node, for a node pool); not with ipAddresses",
+    },
     "routes": ROUTES,
     "sysctls": SYSCTLS,
 }

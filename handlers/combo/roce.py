@@ -49,7 +49,7 @@ class RoceHandler:
             "properties": {
                 "kind": {"type": "string"},
                 "rdma": rdma.SCHEMA,
-                "netdev": netconfig.schema({}, drop=["kind"], keeps_addresses=True),
+                "netdev": netconfig.schema({}, drop=["kind", "ipam"], keeps_addresses=True),
             },
             "additionalProperties": False,
         }

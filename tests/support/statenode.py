@@ -15,13 +15,17 @@ import pytest
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.claims import reconcile
+from dradriver.claims.ipam import AddressBook
 from dradriver.claims.prepare import Outcome, Preparer
+from dradriver.contract import ipam
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import netlink
 from dradriver.kernel.netlink import Route
-from dradriver.state import atomicfile, cdi, metadata, recordstore
+from dradriver.state import atomicfile, cdi, ipamstore, metadata, recordstore
+from dradriver.state.ipamstore import IpamStore
+from dradriver.state.records import PREPARED
 from dradriver.state.recordstore import RecordStore
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
 from tests.support.fakekernel import FakeKernel, Steps
@@ -32,6 +36,11 @@ DRIVER = "dra.example.com"
 REGISTRY = HandlerRegistry()
 SCHEMA = ConfigSchema(REGISTRY, DRIVER)
 NIC_MAC = "02:00:00:00:10:01"
+# The node's address pool (inside the claim address ranges the node's preparer allows).
+POOLS = ipam.parse_pools(
+    '[{"name": "pods", "scope": "node", "ranges": ["198.51.100.128/29"],'
+    ' "gateway": "198.51.100.129", "exclude": ["198.51.100.130"]}]'
+).values()
 
 
 class Claims:
@@ -86,6 +95,7 @@ class Node:
             }
         )
         return Preparer(
+            addresses=AddressBook(POOLS, IpamStore(self.state_dir)),
             context=ctx,
             cdi_dir=self.cdi_dir,
             records=RecordStore(self.state_dir),
@@ -103,6 +113,9 @@ class Node:
         loaded, corrupt = preparer.records.load_all()
         assert corrupt == []
         reconcile.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
+        kept, _ = preparer.records.load_all()  # then the pools, as dradriver.daemon.start_up
+        assert preparer.addresses is not None
+        preparer.addresses.rebuild((r.claim, r.configs) for r in kept if r.phase == PREPARED)
         return preparer
 
     def files(self) -> list[str]:
@@ -146,6 +159,7 @@ def make_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]
             module, "remove_durably", _counted(steps, "remove", atomicfile.remove_durably)
         )
     monkeypatch.setattr(metadata, "write_atomic", _counted(steps, "write", metadata.write_atomic))
+    monkeypatch.setattr(ipamstore, "write_atomic", _counted(steps, "write", ipamstore.write_atomic))
     previous = netlink.use(kernel)
     try:
         yield Node(tmp_path, kernel, steps, Claims())
@@ -189,6 +203,11 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "veth-limited": (  # given 100 Mbit/s of the virtual device's bandwidth (CONSUMED)
         "netdev-virtual",
         {"kind": "veth", "interfaceName": "net1", "ipAddresses": ["198.51.100.6/24"]},
+        True,
+    ),
+    "veth-ipam": (  # takes its address from the node's pool
+        "netdev-virtual",
+        {"kind": "veth", "interfaceName": "net1", "ipam": {"pool": "pods"}},
         True,
     ),
     "macvlan": (

@@ -67,8 +67,9 @@ def test_prepare_is_idempotent_and_unprepare_leaves_nothing(node, kind):
     assert first.error is None and len(first.devices) == 1
     index = f"by-pod/{POD}/{UID}"
     metadata = f"dra-device-metadata/default_c_{UID}/nic/metadata.json"
+    pool = ["ipam/pods.json"] if "ipam" in KINDS[kind][1] else []  # who has which address
     assert node.files() == sorted(
-        [f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json", index, metadata]
+        [f"{DRIVER}-netdev_{UID}.json", f"{UID}.alloc.json", index, metadata, *pool]
     )
     steps = node.steps.count
     assert prepare_one(node.start()) == first  # after a restart too, from the record alone

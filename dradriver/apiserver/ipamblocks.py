@@ -1,0 +1,123 @@
+"""Blocks of cluster-wide address pools, held by nodes through Leases.
+
+A block is one Lease (coordination.k8s.io/v1) in the driver's namespace, named
+`<driver>-ipam-<pool>-<index>` (dots of the driver name as dashes), labelled with the
+pool and the node, held by the node (`holderIdentity`) and owned by its Node object:
+- creating it takes the block: the API server creates one object of a name, so two
+  nodes never hold one block (a 409 says another node was first);
+- when the Node object is deleted, the garbage collector deletes the node's Leases, and
+  their blocks return to the pool; never before, so a node that is only unreachable
+  keeps its blocks while its pods may still use the addresses.
+API cost: one LIST of the pool's Leases and one CREATE per block taken, nothing per
+address; a node lists its own at start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from dradriver.apiserver.kubeapi import ApiError, segment
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+class Api(Protocol):
+    """The API calls blocks need."""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request."""
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        """GET a Node."""
+
+
+def pool_label(driver: str) -> str:
+    """The label naming a Lease's pool."""
+    return f"{driver}/ipam-pool"
+
+
+def node_label(driver: str) -> str:
+    """The label naming the node holding a Lease's block."""
+    return f"{driver}/ipam-node"
+
+
+def lease_name(driver: str, pool: str, index: int) -> str:
+    """The Lease of block `index` of `pool`."""
+    return f"{driver.replace('.', '-')}-ipam-{pool}-{index}"
+
+
+class Blocks:
+    """Takes and lists the blocks of cluster pools for one node."""
+
+    def __init__(
+        self, api: Api, driver: str, namespace: str, node: str, timeout: float = 10
+    ) -> None:
+        """`namespace`: the driver's own (the Leases live there)."""
+        self._api = api
+        self._driver = driver
+        self._path = LEASES.format(namespace=segment(namespace))
+        self._node = node
+        self._timeout = timeout
+
+    def held(self, pool: str) -> list[int]:
+        """The blocks of `pool` this node holds, as the API server has them."""
+        return sorted(
+            self._index(lease)
+            for lease in self._list(pool)
+            if (lease.get("spec") or {}).get("holderIdentity") == self._node
+        )
+
+    def take(self, pool: str, candidates: Iterable[int]) -> int | None:
+        """Take the first block of `candidates` no node holds; None if all are held.
+        ApiError for anything but another node being first."""
+        held = {self._index(lease) for lease in self._list(pool)}
+        node = self._api.get_node(self._node)
+        owner = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": self._node,
+            "uid": node["metadata"]["uid"],
+        }
+        for index in candidates:
+            if index in held:
+                continue
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": lease_name(self._driver, pool, index),
+                    "labels": {
+                        pool_label(self._driver): pool,
+                        node_label(self._driver): self._node,
+                    },
+                    "ownerReferences": [owner],
+                },
+                "spec": {"holderIdentity": self._node},
+            }
+            try:
+                self._api.request("POST", self._path, body, timeout=self._timeout)
+            except ApiError as exc:
+                if exc.status == 409:  # another node was first: the next one
+                    continue
+                raise
+            return index
+        return None
+
+    def _list(self, pool: str) -> list[dict[str, Any]]:
+        query = {"labelSelector": f"{pool_label(self._driver)}={pool}"}
+        result = self._api.request("GET", self._path, None, query, timeout=self._timeout)
+        return list(result.get("items") or [])
+
+    @staticmethod
+    def _index(lease: dict[str, Any]) -> int:
+        name = str(lease["metadata"]["name"])
+        return int(name.rsplit("-", 1)[1])

@@ -1,0 +1,232 @@
+"""Pool addresses for claims (config `ipam: {pool, count}`): handed out at plan time under
+the prepare lock, kept in the claim's record (its config then holds the `ipAddresses`),
+taken back at unprepare, and rebuilt from the prepared records at start.
+
+A device that already holds addresses of the pool (a claim prepared again) gets the same
+ones. Cluster pools hand out addresses only from blocks the node holds: a background
+thread takes a block when the node holds none with room left (dradriver.apiserver.
+ipamblocks), off the lock and off the kubelet's call; a prepare that finds no free address
+fails with a message saying so, and the kubelet's retry finds the new block.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from dradriver.apiserver.ipamblocks import Blocks
+from dradriver.base.errors import ConfigError, DriverError
+from dradriver.base.log import event
+from dradriver.contract import ipam
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.ipamstore import Holder, IpamStore, PoolState
+
+log = logging.getLogger(__name__)
+
+FIELD = "ipam"
+RETRY = 5.0  # seconds before a failed block request is tried again
+
+
+class AddressBook:
+    """The pools' addresses this node hands out."""
+
+    def __init__(
+        self,
+        pools: Iterable[ipam.Pool],
+        store: IpamStore,
+        blocks: Blocks | None = None,
+        lock: Callable[[], Any] | None = None,
+        refused: Mapping[str, str] | None = None,
+    ) -> None:
+        """`blocks` takes blocks of cluster pools (None: cluster pools cannot be used);
+        `lock()` is the prepare lock's context, which the block thread takes to record
+        a new block; `refused`: pools this node may not use, and why."""
+        self.refused = dict(refused or {})
+        self.pools = {p.name: p for p in pools if p.name not in self.refused}
+        self.store = store
+        self._keeper = BlockKeeper(self, blocks, lock) if blocks is not None else None
+
+    def assign(
+        self, ref: ClaimRef, key: str, config: Mapping[str, Any], path: str
+    ) -> Mapping[str, Any]:
+        """`config` with `ipAddresses` (and the pool's routes) from its `ipam` pool, or
+        as it is without `ipam`; ConfigError naming the field under `path` ($.netdev)."""
+        spec = config.get(FIELD)
+        if not isinstance(spec, Mapping):
+            return config
+        if config.get("ipAddresses"):
+            raise ConfigError(
+                "ipam and ipAddresses exclude each other: take addresses from a pool or "
+                "name them, not both",
+                f"{path}.{FIELD}",
+            )
+        if "pool" not in spec:
+            raise ConfigError("required: the name of a pool", f"{path}.{FIELD}.pool")
+        pool = self.pools.get(str(spec.get("pool")))
+        if str(spec.get("pool")) in self.refused:
+            raise ConfigError(self.refused[str(spec.get("pool"))], f"{path}.{FIELD}.pool")
+        if pool is None:
+            known = ", ".join(sorted(self.pools)) or "none"
+            raise ConfigError(
+                f"no pool {spec.get('pool')!r} on this node (pools: {known})",
+                f"{path}.{FIELD}.pool",
+            )
+        count = int(spec.get("count", 1))
+        state = self.store.load(pool.name)
+        mine = [a for a, h in state.addresses.items() if h.claim == ref.uid and h.key == key]
+        if len(mine) < count:
+            mine += self._take(pool, state, ref, key, count - len(mine), path)
+        addresses = sorted(mine[:count], key=ipaddress.ip_address)
+        routes = [dict(r) for r in config.get("routes") or []]
+        routes += [{"destination": r.destination, "gateway": r.gateway} for r in pool.pod_routes()]
+        out = {
+            **config,
+            "ipAddresses": [pool.interface(ipaddress.ip_address(a)) for a in addresses],
+        }
+        if routes:
+            out["routes"] = routes
+        return out
+
+    def _take(
+        self, pool: ipam.Pool, state: PoolState, ref: ClaimRef, key: str, count: int, path: str
+    ) -> list[str]:
+        within = pool.ranges if pool.scope == ipam.NODE else self._blocks(pool, state, path)
+        chosen = ipam.free(pool, within, set(state.addresses), count)
+        if len(chosen) < count:
+            if self._keeper is not None and pool.scope == ipam.CLUSTER:
+                self._keeper.want(pool.name)
+                raise DriverError(
+                    f"{path}.{FIELD}.pool: pool {pool.name} has no free address in the blocks "
+                    "this node holds; the node is taking another block, and the kubelet's "
+                    "retry will find it (if every block is taken, the pool is exhausted)"
+                )
+            raise DriverError(
+                f"{path}.{FIELD}.pool: pool {pool.name} has no free address left on this node"
+            )
+        holder = Holder(ref.uid, key, ref.namespace, ref.name)
+        taken = [c.split("/")[0] for c in chosen]
+        for address in taken:
+            state.addresses[address] = holder
+        self.store.save(state)
+        if self._keeper is not None and pool.scope == ipam.CLUSTER:
+            left = sum(
+                1 for _ in ipam.free(pool, within, set(state.addresses), pool.block_size // 2)
+            )
+            if left < pool.block_size // 2:
+                self._keeper.want(pool.name)  # room for the next claims, taken off the call
+        return taken
+
+    def _blocks(self, pool: ipam.Pool, state: PoolState, path: str) -> list[ipam.Network]:
+        if self._keeper is None:
+            raise DriverError(
+                f"{path}.{FIELD}.pool: pool {pool.name} is cluster-wide, and this driver runs "
+                "without the API access it needs to take blocks (--pod-namespace unset)"
+            )
+        return [b for b in (pool.block(i) for i in state.blocks) if b is not None]
+
+    def release(self, claim: str) -> None:
+        """Take back every address a claim holds (after its links are gone)."""
+        for name in self.pools:
+            state = self.store.load(name)
+            if any(h.claim == claim for h in state.addresses.values()):
+                state.addresses = {a: h for a, h in state.addresses.items() if h.claim != claim}
+                self.store.save(state)
+
+    def rebuild(self, prepared: Iterable[tuple[ClaimRef, Mapping[str, Mapping[str, Any]]]]) -> None:
+        """At start, under the lock: each pool's addresses are those of the prepared
+        claims' configs (`(claim, configs by device key)`); the blocks stay."""
+        by_pool: dict[str, dict[str, Holder]] = {name: {} for name in self.pools}
+        for ref, configs in prepared:
+            for key, config in configs.items():
+                spec = config.get(FIELD) if isinstance(config, Mapping) else None
+                if not isinstance(spec, Mapping) or spec.get("pool") not in by_pool:
+                    continue
+                for cidr in config.get("ipAddresses") or ():
+                    address = str(cidr).split("/")[0]
+                    by_pool[str(spec["pool"])][address] = Holder(
+                        ref.uid, key, ref.namespace, ref.name
+                    )
+        for name, addresses in by_pool.items():
+            state = self.store.load(name)
+            if state.addresses != addresses or not self.store.path(name).exists():
+                state.addresses = addresses
+                self.store.save(state)
+        if self._keeper is not None:
+            for pool in self.pools.values():
+                if pool.scope == ipam.CLUSTER:
+                    self._keeper.want(pool.name)
+
+    def add_block(self, pool: str, index: int) -> None:
+        """Record a block the node now holds (under the lock)."""
+        state = self.store.load(pool)
+        if index not in state.blocks:
+            state.blocks.append(index)
+            self.store.save(state)
+
+    def needs_block(self, pool: ipam.Pool) -> bool:
+        """Whether the node's blocks of a cluster pool have less than half a block free."""
+        state = self.store.load(pool.name)
+        within = [b for b in (pool.block(i) for i in state.blocks) if b is not None]
+        free = ipam.free(pool, within, set(state.addresses), pool.block_size // 2)
+        return len(free) < pool.block_size // 2
+
+
+class BlockKeeper:
+    """One thread that takes blocks of cluster pools when asked (`want`)."""
+
+    def __init__(self, book: AddressBook, blocks: Blocks, lock: Callable[[], Any] | None) -> None:
+        self._book = book
+        self._blocks = blocks
+        self._lock = lock
+        self._wanted: set[str] = set()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def want(self, pool: str) -> None:
+        """Ask for a block of `pool` if the node is short of room (never blocks)."""
+        with self._cond:
+            self._wanted.add(pool)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ipam-blocks", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._wanted:
+                    self._cond.wait()
+                name = self._wanted.pop()
+            try:
+                self._serve(self._book.pools[name])
+            except Exception as exc:
+                event(log, logging.WARNING, "ipam block not taken", pool=name, error=str(exc))
+                threading.Timer(RETRY, self.want, (name,)).start()
+
+    def _serve(self, pool: ipam.Pool) -> None:
+        """Take blocks of `pool` until the node has room (or the pool has none)."""
+        held_now = self._blocks.held(pool.name)  # also those a lost file forgot
+        with self._locked():
+            for block in held_now:
+                self._book.add_block(pool.name, block)
+            short = self._book.needs_block(pool)
+        while short:
+            held = set(self._book.store.load(pool.name).blocks)
+            index = self._blocks.take(pool.name, (i for i, _ in pool.blocks() if i not in held))
+            if index is None:
+                event(
+                    log, logging.WARNING, "ipam pool exhausted: every block is held", pool=pool.name
+                )
+                return
+            with self._locked():
+                self._book.add_block(pool.name, index)
+                short = self._book.needs_block(pool)
+            event(log, logging.INFO, "ipam block taken", pool=pool.name, block=index)
+
+    def _locked(self) -> Any:
+        if self._lock is None:
+            return threading.Lock()
+        return self._lock()

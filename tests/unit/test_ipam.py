@@ -1,0 +1,258 @@
+"""Address pools: the operator's pools, choosing addresses, and claims taking and giving
+them back through the prepare state machine (tests.support.statenode); the blocks of
+cluster pools against a stand-in of the Lease API."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from dradriver import settings
+from dradriver.apiserver.ipamblocks import Blocks, lease_name
+from dradriver.apiserver.kubeapi import ApiError
+from dradriver.claims.ipam import AddressBook
+from dradriver.contract import ipam
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.state.ipamstore import IpamStore
+from tests.support.statenode import Node, claim_object, unprepare_one
+
+POOL = '{"name": "data", "ranges": ["10.50.0.0/29"], "gateway": "10.50.0.1"}'
+
+
+def _pool(text: str = POOL) -> ipam.Pool:
+    [pool] = ipam.parse_pools(f"[{text}]").values()
+    return pool
+
+
+def test_a_pool_hands_out_its_range_but_the_edges_gateway_and_exclusions():
+    pool = _pool('{"name": "data", "ranges": ["10.50.0.0/29"], "gateway": "10.50.0.1",'
+                 ' "exclude": ["10.50.0.4/31"]}')  # fmt: skip
+    assert ipam.free(pool, pool.ranges, set(), 8) == [
+        "10.50.0.2/29",
+        "10.50.0.3/29",
+        "10.50.0.6/29",
+    ]
+    assert ipam.free(pool, pool.ranges, {"10.50.0.2"}, 1) == ["10.50.0.3/29"]
+    v6 = _pool('{"name": "v6", "ranges": ["fd00:50::/126"]}')
+    assert ipam.free(v6, v6.ranges, set(), 8) == [
+        "fd00:50::/126", "fd00:50::1/126", "fd00:50::2/126", "fd00:50::3/126",
+    ]  # fmt: skip
+
+
+def test_a_cluster_pool_is_cut_into_blocks_of_its_block_size():
+    pool = _pool('{"name": "data", "ranges": ["10.50.0.0/24"], "blockSize": 64}')
+    assert [(i, str(b)) for i, b in pool.blocks()] == [
+        (0, "10.50.0.0/26"), (1, "10.50.0.64/26"), (2, "10.50.0.128/26"), (3, "10.50.0.192/26"),
+    ]  # fmt: skip
+    assert str(pool.block(2)) == "10.50.0.128/26" and pool.block(4) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[{"name": "Data", "ranges": ["10.0.0.0/24"]}]', r"pool \[0\].name: 'Data' is not a name"),
+        ('[{"name": "a", "ranges": []}]', "pool a.ranges: at least one range"),
+        ('[{"name": "a", "ranges": ["10.0.0.1/24"]}]', "pool a.ranges\\[0\\]: .*host bits set"),
+        ('[{"name": "a", "ranges": ["10.0.0.0/24"], "routes": ["10.9.0.0/16"]}]', "routes need"),
+        ('[{"name": "a", "ranges": ["10.0.0.0/24"], "blockSize": 10}]', "blockSize: 10 is not"),
+        ('[{"name": "a", "ranges": ["10.0.0.0/24"], "scope": "zone"}]', "scope: 'zone'"),
+        ('[{"name": "a", "ranges": ["10.0.0.0/24"], "size": 1}]', "unknown field size"),
+        ('[{"name": "a", "ranges": ["10.0.0.0/24"]}, {"name": "b", "ranges": ["10.0.0.128/25"]}]',
+         "pool b.ranges: 10.0.0.128/25 overlaps 10.0.0.0/24 of pool a"),
+        ('{"name": "a"}', "must be a list"),
+    ],
+)  # fmt: skip
+def test_a_bad_pool_is_refused_naming_the_pool_and_field(text, message):
+    with pytest.raises(ipam.PoolError, match=message):
+        ipam.parse_pools(text)
+
+
+def _settings(monkeypatch, pools: str, ranges: str):
+    for var in ("DRA_IPAM_POOLS", "DRA_CLAIM_ADDRESS_RANGES"):
+        monkeypatch.delenv(var, raising=False)
+    parser = argparse.ArgumentParser()
+    settings.add_flags(parser, run=False)
+    argv = ["--node-name", "n", "--ipam-pools", pools, "--claim-address-ranges", ranges]
+    return settings.from_args(parser.parse_args(argv))
+
+
+def test_a_pool_outside_the_claim_address_ranges_stops_the_start(monkeypatch):
+    assert _settings(monkeypatch, f"[{POOL}]", "10.50.0.0/16").ipam_pools == (_pool(),)
+    with pytest.raises(SystemExit, match=r"pool data.ranges: 10.50.0.0/29 is not inside --claim"):
+        _settings(monkeypatch, f"[{POOL}]", "10.60.0.0/16")
+    with pytest.raises(SystemExit, match="--ipam-pools: not JSON"):
+        _settings(monkeypatch, "[{", "10.50.0.0/16")
+
+
+def test_a_pool_that_could_hand_out_a_node_address_is_named():
+    pools = {"data": _pool()}
+    used = [("10.50.0.3", "an address of this node (on eth1)"), ("10.50.0.1", "the gateway")]
+    assert ipam.collisions(pools, used) == [
+        "pool data could hand out 10.50.0.3, an address of this node (on eth1): exclude it "
+        "(exclude: [...]) or choose another range"
+    ]  # the pool's own gateway is never handed out
+
+
+# -- claims on a node (the in-memory kernel, real files) -----------------------------------
+
+
+def _add(node: Node, netdev: dict[str, Any]) -> ClaimRef:
+    uid = str(uuid.uuid4())
+    params = {"type": "netdev", "netdev": {"kind": "veth", "interfaceName": "net1", **netdev}}
+    claim = claim_object(uid, "netdev-virtual", params, share=True)
+    claim["metadata"]["name"] = f"c-{uid[:8]}"
+    claim["status"]["reservedFor"][0]["uid"] = str(uuid.uuid4())  # a pod of its own
+    node.api.fake.add_claim(claim)
+    return ClaimRef("default", claim["metadata"]["name"], uid)
+
+
+def _addresses(node: Node) -> dict[str, str]:
+    doc = json.loads((node.state_dir / "ipam" / "pods.json").read_text())
+    return {a: h["name"] for a, h in doc["addresses"].items()}
+
+
+def test_claims_get_distinct_addresses_and_give_them_back(node: Node):
+    preparer = node.preparer()
+    first, second = (
+        _add(node, {"ipam": {"pool": "pods"}}),
+        _add(node, {"ipam": {"pool": "pods", "count": 2}}),
+    )
+    assert preparer.prepare([first])[first.uid].error is None
+    out = preparer.prepare([second])
+    assert out[second.uid].error is None
+    assert _addresses(node) == {
+        "198.51.100.131": first.name,
+        "198.51.100.132": second.name,
+        "198.51.100.133": second.name,
+    }  # fmt: skip  (.128 the network, .129 the gateway, .130 excluded)
+    record = json.loads((node.state_dir / f"{second.uid}.alloc.json").read_text())
+    [device] = record["devices"]
+    assert device["network_data"]["ips"] == ["198.51.100.132/29", "198.51.100.133/29"]
+    # Prepared again (a repeated call): the same addresses, nothing new handed out.
+    assert preparer.prepare([second])[second.uid].error is None
+    assert len(_addresses(node)) == 3
+    assert unprepare_one(preparer, first).error is None
+    assert "198.51.100.131" not in _addresses(node)
+    third = _add(node, {"ipam": {"pool": "pods"}})
+    assert preparer.prepare([third])[third.uid].error is None
+    assert _addresses(node)["198.51.100.131"] == third.name  # free again, so taken again
+
+
+def test_an_exhausted_pool_is_an_error_naming_the_field_and_leaves_nothing(node: Node):
+    preparer = node.preparer()
+    refs = [_add(node, {"ipam": {"pool": "pods", "count": 2}}) for _ in range(3)]
+    outcomes = [preparer.prepare([r])[r.uid] for r in refs]
+    assert [o.error for o in outcomes[:2]] == [None, None]  # .131-.134 (.135 the broadcast)
+    assert "$.netdev.ipam.pool: pool pods has no free address left on this node" in (
+        outcomes[2].error or ""
+    )
+    assert not (node.state_dir / f"{refs[2].uid}.alloc.json").exists()
+    assert refs[2].name not in _addresses(node).values()
+
+
+@pytest.mark.parametrize(
+    ("netdev", "message"),
+    [
+        ({"ipam": {"pool": "nope"}},
+         "$.netdev.ipam.pool: no pool 'nope' on this node (pools: pods)"),
+        ({"ipam": {"pool": "pods"}, "ipAddresses": ["198.51.100.7/24"]},
+         "$.netdev.ipam: ipam and ipAddresses exclude each other"),
+        ({"ipam": {"pool": "pods", "count": 9}}, "$.netdev.ipam.count"),
+    ],
+)  # fmt: skip
+def test_a_bad_ipam_config_is_refused_naming_the_field(node: Node, netdev, message):
+    ref = _add(node, netdev)
+    error = node.preparer().prepare([ref])[ref.uid].error or ""
+    assert f"request nic: {message}" in error or message in error, error
+    assert set(node.kernel.table) == {"ens1", "ens2"} and node.files() == []
+
+
+def test_addresses_are_rebuilt_from_the_records_at_start(node: Node):
+    ref = _add(node, {"ipam": {"pool": "pods"}})
+    assert prepare_one_ref(node, ref) is None
+    stale = {"addresses": {"198.51.100.134": {"claim": "gone", "key": "k"}}}  # a crash's
+    (node.state_dir / "ipam" / "pods.json").write_text(json.dumps(stale))
+    node.start()
+    assert _addresses(node) == {"198.51.100.131": ref.name}
+
+
+def prepare_one_ref(node: Node, ref: ClaimRef) -> str | None:
+    return node.preparer().prepare([ref])[ref.uid].error
+
+
+# -- blocks of cluster pools ------------------------------------------------------------------
+
+
+class LeaseApi:
+    """The Lease collection of one namespace, as the API server keeps it."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+
+    def request(
+        self, method: str, path: str, body: Any = None, query: Any = None, **kw: Any
+    ) -> Any:
+        self.calls.append(method)
+        if method == "GET":
+            pool = query["labelSelector"].split("=")[1]
+            return {
+                "items": [
+                    x for x in self.leases.values() if pool in x["metadata"]["labels"].values()
+                ]
+            }
+        name = body["metadata"]["name"]
+        if name in self.leases:
+            raise ApiError(409, "AlreadyExists", f"leases {name} already exists")
+        self.leases[name] = body
+        return body
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "uid": f"uid-{name}"}}
+
+
+def test_two_nodes_never_hold_one_block_and_a_node_lists_its_own():
+    api = LeaseApi()
+    a, b = (Blocks(api, "dra.example.com", "dra-system", n) for n in ("node-a", "node-b"))
+    assert a.take("data", range(4)) == 0
+    assert b.take("data", range(4)) == 1  # block 0 is node-a's
+    api.leases.pop(lease_name("dra.example.com", "data", 1))  # as if node-b raced...
+    assert a.take("data", [1]) == 1
+    assert a.held("data") == [0, 1] and b.held("data") == []
+    lease = api.leases[lease_name("dra.example.com", "data", 0)]
+    assert lease["spec"]["holderIdentity"] == "node-a"
+    assert lease["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": "node-a",
+        "uid": "uid-node-a",
+    }  # fmt: skip  (deleted with its Node object, and only then)
+
+
+def test_a_cluster_pool_hands_out_addresses_only_from_blocks_the_node_holds(tmp_path):
+    pool = _pool('{"name": "data", "ranges": ["10.50.0.0/28"], "blockSize": 4}')
+    api = LeaseApi()
+    Blocks(api, "dra.example.com", "dra-system", "node-b").take("data", [0])  # another node's
+    blocks = Blocks(api, "dra.example.com", "dra-system", "node-a")
+    book = AddressBook([pool], IpamStore(tmp_path), blocks)
+    keeper, wanted = book._keeper, []
+    assert keeper is not None
+    keeper.want = wanted.append  # type: ignore[method-assign]  # served below, in this thread
+    config = {"kind": "veth", "ipam": {"pool": "data", "count": 3}}
+    ref = ClaimRef("default", "c", str(uuid.uuid4()))
+    with pytest.raises(Exception, match="no free address in the blocks this node holds"):
+        book.assign(ref, "k", config, "$.netdev")
+    assert wanted == ["data"]
+    keeper._serve(pool)  # what the block thread does when asked
+    got = book.assign(ref, "k", config, "$.netdev")["ipAddresses"]
+    block = pool.block(1)
+    assert block is not None and len(got) == 3
+    assert all(ipaddress.ip_interface(a).ip in block for a in got)  # not block 0: node-b's
+    assert wanted == ["data", "data"]  # one address left in the block: room asked for ahead
+    keeper._serve(pool)
+    assert IpamStore(tmp_path).load("data").blocks == [1, 2]
