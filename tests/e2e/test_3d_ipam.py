@@ -1,0 +1,134 @@
+"""Scenario 3d: a cluster-wide address pool on two nodes, against the real API server,
+scheduler and garbage collector. Each node's driver takes blocks of the pool as Leases
+owned by its Node; the claims placed on either node get addresses no other claim has;
+when a Node is deleted, the garbage collector removes its Leases, and its blocks return
+to the pool."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.support import gen_manifests
+from tests.support.helm import helm_binary
+from tests.support.waiting import wait_for
+
+from .cluster import Cluster
+from .conftest import NODE, Node, forwarded, node_machine
+from .kubelet import results
+from .test_3_capacity import claim_pod, prepare_pod, veth_template
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.kind("veth")]
+
+POOLS = [{"name": "pods", "ranges": ["203.0.113.0/27"], "gateway": "203.0.113.1", "blockSize": 8}]
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/dra-system/leases"
+PER_NODE = 5
+
+
+@pytest.fixture
+def ipam_rbac(cluster: Cluster) -> Iterator[None]:
+    """The chart's Role for the pools' Leases (rendered only when pools are set)."""
+    rendered = gen_manifests().render(
+        helm_binary(), "--set-json", f"ipam.pools={json.dumps(POOLS)}",
+        "--show-only", "templates/driver/rbac.yaml",
+    )  # fmt: skip
+    objects = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].startswith("Role")]
+    assert {o["kind"] for o in objects} == {"Role", "RoleBinding"}
+    cluster.apply(objects)
+    yield
+    for obj in objects:
+        kind = "roles" if obj["kind"] == "Role" else "rolebindings"
+        path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/dra-system/{kind}"
+        cluster.delete(f"{path}/{obj['metadata']['name']}")
+
+
+@contextlib.contextmanager
+def another_node(cluster: Cluster, name: str) -> Iterator[tuple[Node, str]]:
+    """A second node beside the test's: its Node object, machine and kubeconfig."""
+    with contextlib.ExitStack() as cleanup:
+        uid, kubeconfig = cluster.add_node(name)
+        cleanup.callback(cluster.remove_node, name)
+        port = int(cluster.cp.server.rsplit(":", 1)[1])
+        ns, root, fwd = cleanup.enter_context(node_machine(port))
+        node = Node(cluster, ns, root, forwarded(kubeconfig, fwd, root / "kubeconfig"))
+        node.name = name
+        cleanup.callback(node.close)
+        yield node, uid
+
+
+def _start(node: Node) -> Any:
+    args = ("--ipam-pools", json.dumps(POOLS), "--pod-namespace", "dra-system")
+    d = node.start_driver(*args)
+    wait_for(f"{node.name} to hold a block", lambda: _blocks(node.cluster).get(node.name), 30)
+    return d
+
+
+def _blocks(cluster: Cluster) -> dict[str, list[str]]:
+    """The pool's Leases by the node holding them."""
+    out: dict[str, list[str]] = {}
+    for lease in cluster.get(LEASES)["items"]:
+        out.setdefault(lease["spec"]["holderIdentity"], []).append(lease["metadata"]["name"])
+    return out
+
+
+def _ips(cluster: Cluster, namespace: str, claim: str) -> list[str]:
+    """The addresses the claim's status reports (written just after the prepare)."""
+
+    def reported() -> list[str] | None:
+        devices = cluster.claim(namespace, claim).get("status", {}).get("devices") or []
+        return [ip for d in devices for ip in (d.get("networkData") or {}).get("ips", [])]
+
+    return wait_for(f"{claim}'s status", reported, 30)
+
+
+def _pinned(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    return pod
+
+
+def test_claims_on_two_nodes_get_distinct_addresses_from_one_pool(
+    cluster: Cluster, node: Node, kns: str, ipam_rbac: None
+) -> None:
+    template = veth_template(kns, "pooled")
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["netdev"]
+    config["ipam"] = {"pool": "pods"}
+    cluster.apply(template)
+    with another_node(cluster, f"{NODE}-ipam-b") as (other, other_uid):
+        drivers = {node.name: _start(node), other.name: _start(other)}
+        addresses: dict[str, str] = {}
+        for name, d in drivers.items():
+            for i in range(PER_NODE):
+                pod_name = f"{name[-6:]}-{i}"
+                cluster.apply(_pinned(claim_pod(kns, pod_name, "pooled"), name))
+                claim, _ = prepare_pod(cluster, d, cluster.wait_bound(kns, pod_name))
+                assert results(claim)[0]["pool"] == name
+                [address] = _ips(cluster, kns, claim["metadata"]["name"])
+                assert address not in addresses, (
+                    f"{address} of {pod_name} is {addresses[address]}'s"
+                )
+                addresses[address] = pod_name
+        assert len(addresses) == 2 * PER_NODE
+        pool = ipaddress.ip_network(POOLS[0]["ranges"][0])
+        assert all(ipaddress.ip_interface(a).ip in pool for a in addresses)
+        assert "203.0.113.1/27" not in addresses  # the gateway
+        blocks = _blocks(cluster)
+        assert not set(blocks[node.name]) & set(blocks[other.name])
+        [lease] = [
+            x for x in cluster.get(LEASES)["items"] if x["spec"]["holderIdentity"] == other.name
+        ][:1]
+        assert lease["metadata"]["ownerReferences"][0]["uid"] == other_uid
+        other.close()  # its driver stops; then the node leaves the cluster
+    # The Node is gone: the garbage collector removes its Leases; the first node keeps its own.
+    wait_for("the removed node's blocks to return", lambda: other.name not in _blocks(cluster), 60)
+    assert _blocks(cluster).get(node.name)
