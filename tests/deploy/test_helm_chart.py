@@ -63,6 +63,7 @@ NOT_VALUES = {
     "--kubeconfig": "in a pod the driver uses its ServiceAccount token (in-cluster config)",
     "--sysfs-root": "the kernel's /sys, mounted read-only at /sys; only tests move it",
     "--dev-root": "the node's /dev (RDMA devices: /dev/infiniband is mounted); only tests move it",
+    "--ipam-pools": "a list of objects: ipam.pools, as JSON (test_pools_reach_the_driver)",
 }
 
 # Every setting and host path away from its default: where a value is mistranslated
@@ -247,6 +248,33 @@ def test_namespace_file_stays_outside_the_chart(helm):
 
 
 # --- values: every flag, and what reaches the driver --------------------------------
+
+
+def test_pools_reach_the_driver(helm, tmp_path, monkeypatch):
+    """ipam.pools reach the driver as its --ipam-pools, and a Role lets it take blocks."""
+    pools = [
+        {"name": "data", "ranges": ["10.20.0.0/24"], "gateway": "10.20.0.1", "blockSize": 32},
+        {"name": "local", "ranges": ["fd00:20::/120"], "scope": "node", "exclude": ["fd00:20::1"]},
+    ]
+    docs = render(helm, "-f", values_file(tmp_path, {**NON_DEFAULT, "ipam": {"pools": pools}}))
+    monkeypatch.setenv("DRA_IPAM_POOLS", env_of(docs)["DRA_IPAM_POOLS"])
+    parser = argparse.ArgumentParser()
+    settings_mod.add_flags(parser, run=False)
+    ranges = ",".join(NON_DEFAULT["settings"]["claimAddressRanges"])
+    got = settings_mod.from_args(
+        parser.parse_args(["--node-name", "n", "--claim-address-ranges", ranges])
+    )
+    assert [(p.name, p.scope, p.block_size) for p in got.ipam_pools] == [
+        ("data", "cluster", 32), ("local", "node", 16),
+    ]  # fmt: skip
+    [role] = by_kind(docs, "Role")
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "create"]}
+    ]
+    assert by_kind(render(helm), "Role") == []  # no pools: no Role, no variable
+    assert "DRA_IPAM_POOLS" not in env_of(render(helm))
+    bad = refused(helm, "--set-json", 'ipam.pools=[{"name": "x", "ranges": [], "scope": "zone"}]')
+    assert "ipam/pools/0" in bad
 
 
 def test_every_run_flag_has_a_value():
