@@ -16,6 +16,7 @@ from dradriver.apiserver.inventory import Inventory
 from dradriver.base.errors import DriverError
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.registry import HandlerRegistry
+from dradriver.state.ipamstore import IpamStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,6 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     policy.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
     _global_macs_flag(policy)
     policy.set_defaults(func=_admission_policy)
+
+    addresses = sub.add_parser(
+        "addresses", help="list the pool addresses this node handed out, and to which claims"
+    )
+    addresses.add_argument(
+        "--state-dir",
+        default=str(settings_mod.Settings("n").state_dir),
+        help="the driver's state directory (default: %(default)s)",
+    )
+    addresses.set_defaults(func=_addresses)
     return parser
 
 
@@ -112,6 +123,18 @@ def _discover(args: argparse.Namespace) -> int:
         import yaml  # noqa: PLC0415 - `run` never loads YAML (0.9 MB of its resident memory)
 
         print(yaml.safe_dump(doc, sort_keys=False), end="")
+    return 0
+
+
+def _addresses(args: argparse.Namespace) -> int:
+    store = IpamStore(Path(args.state_dir))
+    print(f"{'POOL':<12} {'ADDRESS':<40} CLAIM")
+    for pool in store.pools():
+        state = store.load(pool)
+        for address, holder in sorted(state.addresses.items()):
+            print(f"{pool:<12} {address:<40} {holder.namespace}/{holder.name} ({holder.claim})")
+        if state.blocks:
+            print(f"{pool:<12} {'blocks held: ' + ','.join(map(str, sorted(state.blocks))):<40}")
     return 0
 
 

@@ -50,10 +50,11 @@ class AddressBook:
         self._keeper = BlockKeeper(self, blocks, lock) if blocks is not None else None
 
     def assign(
-        self, ref: ClaimRef, key: str, config: Mapping[str, Any], path: str
+        self, ref: ClaimRef, key: str, config: Mapping[str, Any], path: str, nri: bool = True
     ) -> Mapping[str, Any]:
         """`config` with `ipAddresses` (and the pool's routes) from its `ipam` pool, or
-        as it is without `ipam`; ConfigError naming the field under `path` ($.netdev)."""
+        as it is without `ipam`; ConfigError naming the field under `path` ($.netdev).
+        `nri`: the claim is prepared in the NRI mode (routes need it)."""
         spec = config.get(FIELD)
         if not isinstance(spec, Mapping):
             return config
@@ -72,6 +73,12 @@ class AddressBook:
             known = ", ".join(sorted(self.pools)) or "none"
             raise ConfigError(
                 f"no pool {spec.get('pool')!r} on this node (pools: {known})",
+                f"{path}.{FIELD}.pool",
+            )
+        if pool.routes and not nri:
+            raise ConfigError(
+                f"pool {pool.name} hands the pod routes, which only the NRI injection mode "
+                "installs (this node prepares claims in CDI mode)",
                 f"{path}.{FIELD}.pool",
             )
         count = int(spec.get("count", 1))

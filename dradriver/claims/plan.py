@@ -103,7 +103,8 @@ class Planner:
             key = naming.device_key(device.base_request, device.device, device.share_id)
             config = resolved.config
             if self.addresses is not None and resolved.type == "netdev":
-                config = self.addresses.assign(ref, key, config, f"$.{resolved.type}")
+                nri = injection == NRI
+                config = self.addresses.assign(ref, key, config, f"$.{resolved.type}", nri)
             recorded = DeviceRecord(
                 key, device.base_request, device.pool, device.device, device.share_id,
                 resolved.type, resolved.kind, undo={},

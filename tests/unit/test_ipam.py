@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dradriver import settings
+from dradriver import cli, settings
 from dradriver.apiserver.ipamblocks import Blocks, lease_name
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.claims.ipam import AddressBook
@@ -256,3 +256,11 @@ def test_a_cluster_pool_hands_out_addresses_only_from_blocks_the_node_holds(tmp_
     assert wanted == ["data", "data"]  # one address left in the block: room asked for ahead
     keeper._serve(pool)
     assert IpamStore(tmp_path).load("data").blocks == [1, 2]
+
+
+def test_the_operator_lists_which_claim_has_which_address(node: Node, capsys):
+    ref = _add(node, {"ipam": {"pool": "pods"}})
+    assert prepare_one_ref(node, ref) is None
+    assert cli.main(["addresses", "--state-dir", str(node.state_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["pods", "198.51.100.131", f"default/{ref.name}", f"({ref.uid})"]
