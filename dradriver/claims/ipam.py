@@ -166,6 +166,13 @@ class AddressBook:
                 if pool.scope == ipam.CLUSTER:
                     self._keeper.want(pool.name)
 
+    def set_blocks(self, pool: str, blocks: set[int]) -> None:
+        """Record the blocks the node holds, as the API has them (under the lock)."""
+        state = self.store.load(pool)
+        if set(state.blocks) != blocks:
+            state.blocks = sorted(blocks)
+            self.store.save(state)
+
     def add_block(self, pool: str, index: int) -> None:
         """Record a block the node now holds (under the lock)."""
         state = self.store.load(pool)
@@ -215,10 +222,22 @@ class BlockKeeper:
 
     def _serve(self, pool: ipam.Pool) -> None:
         """Take blocks of `pool` until the node has room (or the pool has none)."""
-        held_now = self._blocks.held(pool.name)  # also those a lost file forgot
+        held = set(self._blocks.held(pool.name))  # also those a lost file forgot
+        for lost in sorted(set(self._book.store.load(pool.name).blocks) - held):
+            # A block the file has and the API does not: its Lease went with a Node
+            # object deleted under this node. Taken again, unless another node has it.
+            if self._blocks.take(pool.name, [lost]) == lost:
+                held.add(lost)
+            else:
+                event(
+                    log,
+                    logging.ERROR,
+                    "ipam block lost to another node: its addresses here may be held twice",
+                    pool=pool.name,
+                    block=lost,
+                )
         with self._locked():
-            for block in held_now:
-                self._book.add_block(pool.name, block)
+            self._book.set_blocks(pool.name, held)
             short = self._book.needs_block(pool)
         while short:
             held = set(self._book.store.load(pool.name).blocks)

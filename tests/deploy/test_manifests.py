@@ -38,6 +38,7 @@ EXPECTED_FILES = {
     "multi-nic-deployment.yaml",
     "selection-examples.yaml",
     "bandwidth-example.yaml",
+    "ipam-example.yaml",
 }
 
 

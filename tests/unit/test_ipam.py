@@ -264,3 +264,23 @@ def test_the_operator_lists_which_claim_has_which_address(node: Node, capsys):
     assert cli.main(["addresses", "--state-dir", str(node.state_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["pods", "198.51.100.131", f"default/{ref.name}", f"({ref.uid})"]
+
+
+def test_a_block_whose_lease_went_is_taken_again_or_given_up(tmp_path):
+    pool = _pool('{"name": "data", "ranges": ["10.50.0.0/28"], "blockSize": 4}')
+    api = LeaseApi()
+    blocks = Blocks(api, "dra.example.com", "dra-system", "node-a")
+    book = AddressBook([pool], IpamStore(tmp_path), blocks)
+    keeper = book._keeper
+    assert keeper is not None
+    keeper.want = lambda pool: None  # type: ignore[method-assign]
+    keeper._serve(pool)
+    assert blocks.take("data", [1]) == 1
+    book.set_blocks("data", {0, 1})
+    # The Node object was deleted and registered again: the garbage collector took the
+    # Leases; meanwhile another node took block 1.
+    api.leases.clear()
+    Blocks(api, "dra.example.com", "dra-system", "node-b").take("data", [1])
+    keeper._serve(pool)
+    assert IpamStore(tmp_path).load("data").blocks == [0]  # 0 taken again; 1 is node-b's
+    assert lease_name("dra.example.com", "data", 0) in api.leases
