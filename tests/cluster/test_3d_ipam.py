@@ -53,19 +53,20 @@ def _deployment(replicas: int) -> dict[str, Any]:
 
 
 def _running(chart: ChartCluster, kns: str, replicas: int) -> list[dict[str, Any]] | None:
+    """The Deployment's pods once exactly `replicas` run and no other is left."""
     pods = chart.api.pods(kns, f"app={APP}")
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    ok = len(live) == replicas and all(p["status"].get("phase") == "Running" for p in live)
-    return live if ok else None
+    ok = len(pods) == replicas and all(p["status"].get("phase") == "Running" for p in pods)
+    return pods if ok and not any(p["metadata"].get("deletionTimestamp") for p in pods) else None
 
 
 def _addresses(chart: ChartCluster, kns: str) -> dict[str, str]:
-    """address -> claim, of every claim of the namespace still held by a pod (a claim
-    whose pod went keeps its last status until it is deleted) whose status reports one."""
+    """address -> claim, of every claim of the namespace reserved for a pod that exists (a
+    claim whose pod went keeps its last status until it is deleted)."""
     out: dict[str, str] = {}
+    pods = {p["metadata"]["uid"] for p in chart.api.pods(kns, f"app={APP}")}
     for claim in chart.api.claims(kns):
-        held = (claim.get("status") or {}).get("reservedFor")
-        if claim["metadata"].get("deletionTimestamp") or not held:
+        held = {r.get("uid") for r in (claim.get("status") or {}).get("reservedFor") or []}
+        if claim["metadata"].get("deletionTimestamp") or not held & pods:
             continue
         for device in (claim.get("status") or {}).get("devices") or []:
             for cidr in (device.get("networkData") or {}).get("ips") or []:

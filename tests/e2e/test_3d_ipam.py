@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.apiclient import ApiError
 from tests.deploy.support import gen_manifests
 from tests.support.helm import helm_binary
 from tests.support.waiting import wait_for
 
-from .cluster import Cluster
+from .cluster import ADMISSION, RESOURCE, Cluster
 from .conftest import NODE, Node, forwarded, node_machine
 from .kubelet import results
 from .test_3_capacity import claim_pod, prepare_pod, veth_template
@@ -132,3 +133,66 @@ def test_claims_on_two_nodes_get_distinct_addresses_from_one_pool(
     # The Node is gone: the garbage collector removes its Leases; the first node keeps its own.
     wait_for("the removed node's blocks to return", lambda: other.name not in _blocks(cluster), 60)
     assert _blocks(cluster).get(node.name)
+
+
+def _claim_with(netdev: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "probe"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "net", "exactly": {"deviceClassName": "virtual-network"}}],
+                "config": [
+                    {
+                        "opaque": {
+                            "driver": "dra.example.com",
+                            "parameters": {"type": "netdev", "netdev": {"kind": "veth", **netdev}},
+                        }
+                    }
+                ],
+            }
+        },
+    }
+
+
+def _refusal(cluster: Cluster, namespace: str, claim: dict[str, Any]) -> str | None:
+    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims?dryRun=All"
+    try:
+        cluster.cp.request("POST", path, claim)
+    except ApiError as e:
+        return str(e)
+    return None
+
+
+def test_an_unknown_pool_or_a_pool_beside_addresses_is_refused_at_creation(
+    cluster: Cluster, kns: str
+) -> None:
+    rendered = gen_manifests().render(
+        helm_binary(), "--set-json", f"ipam.pools={json.dumps(POOLS)}",
+        "--show-only", "templates/driver/ipam-policy.yaml",
+    )  # fmt: skip
+    objects = [d for d in yaml.safe_load_all(rendered) if d]
+    [policy] = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    cluster.apply(objects)
+    try:
+        unknown = _claim_with({"ipam": {"pool": "nope"}})
+        wait_for(f"{policy} enforced", lambda: _refusal(cluster, kns, unknown) is not None, 30)
+        message = _refusal(cluster, kns, unknown) or ""
+        assert f"ValidatingAdmissionPolicy '{policy}'" in message, message
+        assert (
+            "spec.devices.config[].opaque.parameters.netdev.ipam.pool: no pool nope (pools: pods)"
+            in message
+        )
+        both = _refusal(
+            cluster, kns, _claim_with({"ipam": {"pool": "pods"}, "ipAddresses": ["203.0.113.9/27"]})
+        )
+        assert "ipam and ipAddresses exclude each other" in (both or ""), both
+        assert _refusal(cluster, kns, _claim_with({"ipam": {"pool": "pods"}})) is None
+        assert _refusal(cluster, kns, _claim_with({"ipAddresses": ["203.0.113.9/27"]})) is None
+    finally:
+        for obj in objects:
+            kind = "validatingadmissionpolicies"
+            if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+                kind = "validatingadmissionpolicybindings"
+            cluster.delete(f"{ADMISSION}/{kind}/{obj['metadata']['name']}")
