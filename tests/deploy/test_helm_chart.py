@@ -133,6 +133,7 @@ NON_DEFAULT: dict[str, Any] = {
         "roceDevices": {"enabled": True, "name": "net-roce"},
     },
     "configPolicy": {"validationActions": ["Warn", "Audit"], "failurePolicy": "Fail"},
+    "ipam": {"pools": [{"name": "data", "ranges": ["10.20.1.0/24"], "gateway": "10.20.1.1"}]},
 }
 
 
