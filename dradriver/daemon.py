@@ -254,7 +254,10 @@ def start_up(
         )
         if preparer.addresses is not None:
             kept, _ = preparer.records.load_all()  # as reconciliation left them
-            preparer.addresses.rebuild((r.claim, r.configs) for r in kept if r.phase == PREPARED)
+            unread = frozenset(preparer.records.claim_uids()) - {r.claim.uid for r in kept}
+            preparer.addresses.rebuild(
+                ((r.claim, r.configs) for r in kept if r.phase == PREPARED), keep=unread
+            )
         prepare_ahead(settings, preparer, prefetch, metrics)  # marks read under the lock
     return loaded, unusable, report
 

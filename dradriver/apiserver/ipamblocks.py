@@ -14,6 +14,7 @@ address; a node lists its own at start.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -50,6 +51,15 @@ def node_label(driver: str) -> str:
     return f"{driver}/ipam-node"
 
 
+def label_value(node: str) -> str:
+    """A node name as a label value: at most 63 characters (a longer one is cut and
+    given a digest; `holderIdentity` keeps the whole name)."""
+    if len(node) <= 63:
+        return node
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    return f"{node[:52].rstrip('.-')}-{digest}"
+
+
 def lease_name(driver: str, pool: str, index: int) -> str:
     """The Lease of block `index` of `pool`."""
     return f"{driver.replace('.', '-')}-ipam-{pool}-{index}"
@@ -79,7 +89,9 @@ class Blocks:
     def take(self, pool: str, candidates: Iterable[int]) -> int | None:
         """Take the first block of `candidates` no node holds; None if all are held.
         ApiError for anything but another node being first."""
-        held = {self._index(lease) for lease in self._list(pool)}
+        leases = self._list(pool)
+        mine = {self._index(x) for x in leases if x["spec"].get("holderIdentity") == self._node}
+        held = {self._index(lease) for lease in leases}
         node = self._api.get_node(self._node)
         owner = {
             "apiVersion": "v1",
@@ -88,6 +100,8 @@ class Blocks:
             "uid": node["metadata"]["uid"],
         }
         for index in candidates:
+            if index in mine:  # this node's already (the other instance of a rolling update)
+                return index
             if index in held:
                 continue
             body = {
@@ -97,7 +111,7 @@ class Blocks:
                     "name": lease_name(self._driver, pool, index),
                     "labels": {
                         pool_label(self._driver): pool,
-                        node_label(self._driver): self._node,
+                        node_label(self._driver): label_value(self._node),
                     },
                     "ownerReferences": [owner],
                 },

@@ -27,7 +27,8 @@ from dradriver.state.ipamstore import Holder, IpamStore, PoolState
 log = logging.getLogger(__name__)
 
 FIELD = "ipam"
-RETRY = 5.0  # seconds before a failed block request is tried again
+RETRY = 5.0  # seconds before a failed block request is tried again, doubling...
+MAX_RETRY = 300.0  # ...up to this
 
 
 class AddressBook:
@@ -48,6 +49,9 @@ class AddressBook:
         self.pools = {p.name: p for p in pools if p.name not in self.refused}
         self.store = store
         self._keeper = BlockKeeper(self, blocks, lock) if blocks is not None else None
+        # The prepare lock keeps instances apart; this one the threads of one instance
+        # (an unprepare call's workers release side by side).
+        self._mutex = threading.RLock()
 
     def assign(
         self, ref: ClaimRef, key: str, config: Mapping[str, Any], path: str, nri: bool = True
@@ -82,10 +86,11 @@ class AddressBook:
                 f"{path}.{FIELD}.pool",
             )
         count = int(spec.get("count", 1))
-        state = self.store.load(pool.name)
-        mine = [a for a, h in state.addresses.items() if h.claim == ref.uid and h.key == key]
-        if len(mine) < count:
-            mine += self._take(pool, state, ref, key, count - len(mine), path)
+        with self._mutex:
+            state = self.store.load(pool.name)
+            mine = [a for a, h in state.addresses.items() if h.claim == ref.uid and h.key == key]
+            if len(mine) < count:
+                mine += self._take(pool, state, ref, key, count - len(mine), path)
         addresses = sorted(mine[:count], key=ipaddress.ip_address)
         routes = [dict(r) for r in config.get("routes") or []]
         routes += [{"destination": r.destination, "gateway": r.gateway} for r in pool.pod_routes()]
@@ -135,16 +140,23 @@ class AddressBook:
         return [b for b in (pool.block(i) for i in state.blocks) if b is not None]
 
     def release(self, claim: str) -> None:
-        """Take back every address a claim holds (after its links are gone)."""
-        for name in self.pools:
-            state = self.store.load(name)
-            if any(h.claim == claim for h in state.addresses.values()):
-                state.addresses = {a: h for a, h in state.addresses.items() if h.claim != claim}
-                self.store.save(state)
+        """Take back every address a claim holds (once its links are released)."""
+        with self._mutex:
+            for name in self.pools:
+                state = self.store.load(name)
+                if any(h.claim == claim for h in state.addresses.values()):
+                    state.addresses = {a: h for a, h in state.addresses.items() if h.claim != claim}
+                    self.store.save(state)
 
-    def rebuild(self, prepared: Iterable[tuple[ClaimRef, Mapping[str, Mapping[str, Any]]]]) -> None:
+    def rebuild(
+        self,
+        prepared: Iterable[tuple[ClaimRef, Mapping[str, Mapping[str, Any]]]],
+        keep: frozenset[str] = frozenset(),
+    ) -> None:
         """At start, under the lock: each pool's addresses are those of the prepared
-        claims' configs (`(claim, configs by device key)`); the blocks stay."""
+        claims' configs (`(claim, configs by device key)`), plus the file's of the claims
+        in `keep` (a record that could not be read: its pod may hold them); the blocks
+        stay (a file that cannot be read starts empty: the API has the blocks)."""
         by_pool: dict[str, dict[str, Holder]] = {name: {} for name in self.pools}
         for ref, configs in prepared:
             for key, config in configs.items():
@@ -157,10 +169,17 @@ class AddressBook:
                         ref.uid, key, ref.namespace, ref.name
                     )
         for name, addresses in by_pool.items():
-            state = self.store.load(name)
-            if state.addresses != addresses or not self.store.path(name).exists():
-                state.addresses = addresses
-                self.store.save(state)
+            with self._mutex:
+                broken = False
+                try:
+                    state = self.store.load(name)
+                except DriverError as exc:
+                    event(log, logging.WARNING, "ipam pool file rebuilt", pool=name, error=exc)
+                    state, broken = PoolState(name), True
+                addresses |= {a: h for a, h in state.addresses.items() if h.claim in keep}
+                if broken or state.addresses != addresses or not self.store.path(name).exists():
+                    state.addresses = addresses
+                    self.store.save(state)
         if self._keeper is not None:
             for pool in self.pools.values():
                 if pool.scope == ipam.CLUSTER:
@@ -168,21 +187,24 @@ class AddressBook:
 
     def set_blocks(self, pool: str, blocks: set[int]) -> None:
         """Record the blocks the node holds, as the API has them (under the lock)."""
-        state = self.store.load(pool)
-        if set(state.blocks) != blocks:
-            state.blocks = sorted(blocks)
-            self.store.save(state)
+        with self._mutex:
+            state = self.store.load(pool)
+            if set(state.blocks) != blocks:
+                state.blocks = sorted(blocks)
+                self.store.save(state)
 
     def add_block(self, pool: str, index: int) -> None:
         """Record a block the node now holds (under the lock)."""
-        state = self.store.load(pool)
-        if index not in state.blocks:
-            state.blocks.append(index)
-            self.store.save(state)
+        with self._mutex:
+            state = self.store.load(pool)
+            if index not in state.blocks:
+                state.blocks.append(index)
+                self.store.save(state)
 
     def needs_block(self, pool: ipam.Pool) -> bool:
         """Whether the node's blocks of a cluster pool have less than half a block free."""
-        state = self.store.load(pool.name)
+        with self._mutex:
+            state = self.store.load(pool.name)
         within = [b for b in (pool.block(i) for i in state.blocks) if b is not None]
         free = ipam.free(pool, within, set(state.addresses), pool.block_size // 2)
         return len(free) < pool.block_size // 2
@@ -198,6 +220,8 @@ class BlockKeeper:
         self._wanted: set[str] = set()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._delay: dict[str, float] = {}  # pool -> seconds before the next retry
+        self._retrying: set[str] = set()  # pools with a retry pending
 
     def want(self, pool: str) -> None:
         """Ask for a block of `pool` if the node is short of room (never blocks)."""
@@ -216,9 +240,24 @@ class BlockKeeper:
                 name = self._wanted.pop()
             try:
                 self._serve(self._book.pools[name])
-            except Exception as exc:
-                event(log, logging.WARNING, "ipam block not taken", pool=name, error=str(exc))
-                threading.Timer(RETRY, self.want, (name,)).start()
+            except Exception as exc:  # an API or file error: tried again, less and less often
+                delay = min(2 * self._delay.get(name, RETRY / 2), MAX_RETRY)
+                self._delay[name] = delay
+                event(
+                    log, logging.WARNING, "ipam block not taken", pool=name, error=str(exc),
+                    retry=f"{delay:.0f}s",
+                )  # fmt: skip
+                with self._cond:
+                    if name not in self._retrying:
+                        self._retrying.add(name)
+                        threading.Timer(delay, self._retry, (name,)).start()
+            else:
+                self._delay.pop(name, None)
+
+    def _retry(self, name: str) -> None:
+        with self._cond:
+            self._retrying.discard(name)
+        self.want(name)
 
     def _serve(self, pool: ipam.Pool) -> None:
         """Take blocks of `pool` until the node has room (or the pool has none)."""

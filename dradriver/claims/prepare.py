@@ -449,6 +449,8 @@ class Preparer:
         if record is None:
             cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
             self.ahead.released(ref.uid, self.records)
+            if self.addresses is not None:  # one a crash left taken before the journal
+                self.addresses.release(ref.uid)
             return []
         self.lifecycle.release(record)
         self.ahead.released(ref.uid, self.records)

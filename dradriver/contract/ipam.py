@@ -70,38 +70,66 @@ class Pool:
         return tuple(PodRoute(d, gateway) for d in self.routes)
 
     def blocks(self) -> Iterator[tuple[int, Network]]:
-        """(index, network) of every block of the pool, in order (cluster scope)."""
-        index = 0
-        for network in self.ranges:
-            bits = network.max_prefixlen - (self.block_size.bit_length() - 1)
-            size = max(bits, network.prefixlen)
-            for block in network.subnets(new_prefix=size):
-                yield index, block
-                index += 1
-                if index >= MAX_BLOCKS:
-                    return
+        """(index, network) of every block of the pool, in order (cluster scope); a pool
+        of more than MAX_BLOCKS blocks offers its first MAX_BLOCKS."""
+        for index in range(MAX_BLOCKS):
+            block = self.block(index)
+            if block is None:
+                return
+            yield index, block
 
     def block(self, index: int) -> Network | None:
-        """Block number `index` (None past the end)."""
-        return next((b for i, b in self.blocks() if i == index), None)
+        """Block number `index` (None past the end): the ranges in order, each cut into
+        blocks of `block_size` addresses (a range smaller than that is one block)."""
+        if not 0 <= index < MAX_BLOCKS:
+            return None
+        for network in self.ranges:
+            prefix = max(
+                network.prefixlen, network.max_prefixlen - (self.block_size.bit_length() - 1)
+            )
+            count = 1 << (prefix - network.prefixlen)
+            if index < count:
+                start = int(network.network_address) + index * (
+                    1 << (network.max_prefixlen - prefix)
+                )
+                return ipaddress.ip_network((start, prefix))
+            index -= count
+        return None
 
 
 def _edge(network: Network, address: Address) -> bool:
-    if network.version != 4 or network.prefixlen >= 31:
-        return False
-    return address in (network.network_address, network.broadcast_address)
+    """A range's network (IPv4 and IPv6: the subnet-router anycast address) or IPv4
+    broadcast address, which no claim may hold (dradriver.contract.iprules, rule 1)."""
+    if network.version == 4 and network.prefixlen < 31:
+        return address in (network.network_address, network.broadcast_address)
+    if network.version == 6 and network.prefixlen < 127:
+        return address == network.network_address
+    return False
+
+
+MAX_SCAN = 1 << 16  # addresses one search looks at, at most (it runs under the lock)
 
 
 def free(pool: Pool, within: Sequence[Network], taken: set[str], count: int) -> list[str]:
     """Up to `count` addresses of `pool` in `within` (the pool's ranges, or the blocks
-    the node holds) that are not in `taken` (addresses as strings), lowest first."""
+    the node holds) that are not in `taken` (addresses as strings), lowest first. Excluded
+    networks are stepped over whole; at most MAX_SCAN addresses are looked at."""
     out: list[str] = []
+    looked = 0
     for network in within:
-        for address in network:
-            if len(out) == count:
-                return out
+        at, end = int(network.network_address), int(network.broadcast_address)
+        while at <= end and len(out) < count and looked < MAX_SCAN:
+            address = (
+                ipaddress.ip_address(at) if network.version == 4 else ipaddress.IPv6Address(at)
+            )
+            skip = next((n for n in pool.exclude if address in n), None)
+            if skip is not None:
+                at = int(skip.broadcast_address) + 1
+                continue
+            looked += 1
             if str(address) not in taken and pool.usable(address):
                 out.append(pool.interface(address))
+            at += 1
     return out
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dradriver.base.errors import storage_error
+from dradriver.base.errors import StorageError, storage_error
 from dradriver.state.atomicfile import write_atomic
 
 DIRECTORY = "ipam"
@@ -67,13 +67,24 @@ class IpamStore:
         return self._dir / f"{pool}.json"
 
     def load(self, pool: str) -> PoolState:
-        """The pool's file (empty if there is none, or it cannot be read: see the module)."""
+        """The pool's file (empty if there is none); StorageError if it cannot be read, so
+        that no address is handed out on a guess (at start the records rebuild it)."""
+        path = self.path(pool)
         try:
-            doc = json.loads(self.path(pool).read_bytes())
+            doc = json.loads(path.read_bytes())
         except FileNotFoundError:
             return PoolState(pool)
-        except (OSError, ValueError):
-            return PoolState(pool)  # rebuilt from the records at the next start
+        except OSError as exc:
+            raise storage_error(exc) from None
+        except ValueError as exc:
+            raise StorageError(
+                f"{path}: not the pool's addresses ({exc}); restart the driver to rebuild "
+                "it from the records"
+            ) from None
+        if not isinstance(doc, dict):
+            raise StorageError(
+                f"{path}: not the pool's addresses; restart the driver to rebuild it"
+            )
         return PoolState(
             pool,
             {str(a): _holder(h) for a, h in (doc.get("addresses") or {}).items()},

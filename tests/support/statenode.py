@@ -115,7 +115,10 @@ class Node:
         reconcile.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
         kept, _ = preparer.records.load_all()  # then the pools, as dradriver.daemon.start_up
         assert preparer.addresses is not None
-        preparer.addresses.rebuild((r.claim, r.configs) for r in kept if r.phase == PREPARED)
+        unread = frozenset(preparer.records.claim_uids()) - {r.claim.uid for r in kept}
+        preparer.addresses.rebuild(
+            ((r.claim, r.configs) for r in kept if r.phase == PREPARED), keep=unread
+        )
         return preparer
 
     def files(self) -> list[str]:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import subprocess
+import sys
+import threading
 import uuid
 from typing import Any
 
 import pytest
 
-from dradriver import cli, settings
+from dradriver import settings
 from dradriver.apiserver.ipamblocks import Blocks, lease_name
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.claims.ipam import AddressBook
@@ -38,10 +41,14 @@ def test_a_pool_hands_out_its_range_but_the_edges_gateway_and_exclusions():
         "10.50.0.6/29",
     ]
     assert ipam.free(pool, pool.ranges, {"10.50.0.2"}, 1) == ["10.50.0.3/29"]
-    v6 = _pool('{"name": "v6", "ranges": ["fd00:50::/126"]}')
+    v6 = _pool('{"name": "v6", "ranges": ["fd00:50::/126"]}')  # not the subnet-router anycast
     assert ipam.free(v6, v6.ranges, set(), 8) == [
-        "fd00:50::/126", "fd00:50::1/126", "fd00:50::2/126", "fd00:50::3/126",
-    ]  # fmt: skip
+        "fd00:50::1/126",
+        "fd00:50::2/126",
+        "fd00:50::3/126",
+    ]
+    wide = _pool('{"name": "w", "ranges": ["fd00:60::/64"], "exclude": ["fd00:60::/65"]}')
+    assert ipam.free(wide, wide.ranges, set(), 1) == ["fd00:60:0:0:8000::/64"]  # stepped over
 
 
 def test_a_cluster_pool_is_cut_into_blocks_of_its_block_size():
@@ -258,11 +265,12 @@ def test_a_cluster_pool_hands_out_addresses_only_from_blocks_the_node_holds(tmp_
     assert IpamStore(tmp_path).load("data").blocks == [1, 2]
 
 
-def test_the_operator_lists_which_claim_has_which_address(node: Node, capsys):
+def test_the_operator_lists_which_claim_has_which_address(node: Node):
     ref = _add(node, {"ipam": {"pool": "pods"}})
     assert prepare_one_ref(node, ref) is None
-    assert cli.main(["addresses", "--state-dir", str(node.state_dir)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    argv = [sys.executable, "-m", "dradriver", "addresses", "--state-dir", str(node.state_dir)]
+    listed = subprocess.run(argv, capture_output=True, text=True, check=True)  # (its own SIGPIPE)
+    lines = listed.stdout.splitlines()
     assert lines[1].split() == ["pods", "198.51.100.131", f"default/{ref.name}", f"({ref.uid})"]
 
 
@@ -284,3 +292,29 @@ def test_a_block_whose_lease_went_is_taken_again_or_given_up(tmp_path):
     keeper._serve(pool)
     assert IpamStore(tmp_path).load("data").blocks == [0]  # 0 taken again; 1 is node-b's
     assert lease_name("dra.example.com", "data", 0) in api.leases
+
+
+def test_releases_side_by_side_lose_nothing(tmp_path):
+    """An unprepare call's workers give back addresses of one pool at the same time."""
+    book = AddressBook([_pool('{"name": "data", "ranges": ["10.50.0.0/24"], "scope": "node"}')],
+                       IpamStore(tmp_path))  # fmt: skip
+    refs = [ClaimRef("default", f"c{i}", str(uuid.uuid4())) for i in range(16)]
+    for ref in refs:
+        book.assign(ref, "k", {"ipam": {"pool": "data"}}, "$.netdev")
+    threads = [threading.Thread(target=book.release, args=(r.uid,)) for r in refs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert IpamStore(tmp_path).load("data").addresses == {}
+
+
+def test_a_pool_file_that_cannot_be_read_fails_the_prepare_and_start_rebuilds_it(node: Node):
+    ref = _add(node, {"ipam": {"pool": "pods"}})
+    (node.state_dir / "ipam").mkdir(parents=True)
+    (node.state_dir / "ipam" / "pods.json").write_text("{torn")
+    error = node.preparer().prepare([ref])[ref.uid].error or ""
+    assert "pods.json: not the pool's addresses" in error and node.files() == ["ipam/pods.json"]
+    other = _add(node, {"ipam": {"pool": "pods"}})
+    assert prepare_one_ref(node.start() and node, other) is None
+    assert _addresses(node) == {"198.51.100.131": other.name}
