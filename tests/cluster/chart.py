@@ -3,13 +3,15 @@ operator installs it, its driver pods, their credentials, and what each node hol
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from localcluster.cluster import LocalCluster
-from localcluster.helmrelease import NAMESPACE, Release
+from localcluster.helmrelease import NAMESPACE, Release, operator_values
 from localcluster.images import Image
 from localcluster.node import LocalNode
 from tests.node.cluster import NodeCluster
@@ -61,6 +63,18 @@ class ChartCluster:
             return pods[0] if len(pods) == 1 else None
 
         return wait_for(f"one Ready driver pod on {node}", ready, 120, log=self.describe_drivers)
+
+    @contextlib.contextmanager
+    def installed(self, values: dict[str, Any]) -> Iterator[None]:
+        """The release upgraded to `values` and rolled out for the block; then back to
+        the operator's defaults, rolled out again."""
+        self.release.install(values, upgrade=True)
+        try:
+            self.wait_rollout()
+            yield
+        finally:
+            self.release.install(operator_values(self.image), upgrade=True)
+            self.wait_rollout()
 
     def wait_rollout(self, timeout: float = 180) -> None:
         """Until the DaemonSet has one updated, Ready pod per node and no other."""

@@ -42,9 +42,7 @@ def _limits(chart: ChartCluster, node: str) -> list[int]:
 @pytest.fixture
 def bandwidth(chart: ChartCluster) -> Iterator[None]:
     values = operator_values(chart.image, virtualBandwidth=OFFERED, bandwidthStep="10M")
-    chart.release.install(values, upgrade=True)
-    try:
-        chart.wait_rollout()
+    with chart.installed(values):
         for node in chart.node_names:
             wait_for(
                 f"{node} to offer {OFFERED}",
@@ -52,9 +50,6 @@ def bandwidth(chart: ChartCluster) -> Iterator[None]:
                 60,
             )
         yield
-    finally:
-        chart.release.install(operator_values(chart.image), upgrade=True)
-        chart.wait_rollout()
 
 
 def test_each_node_runs_what_its_bandwidth_holds_and_limits_it(chart: ChartCluster, bandwidth, kns):

@@ -28,14 +28,8 @@ APP = "pooled"
 
 @pytest.fixture
 def pool(chart: ChartCluster) -> Iterator[None]:
-    values = operator_values(chart.image) | {"ipam": {"pools": [POOL]}}
-    chart.release.install(values, upgrade=True)
-    try:
-        chart.wait_rollout()
+    with chart.installed(operator_values(chart.image) | {"ipam": {"pools": [POOL]}}):
         yield
-    finally:
-        chart.release.install(operator_values(chart.image), upgrade=True)
-        chart.wait_rollout()
 
 
 def _deployment(replicas: int) -> dict[str, Any]:

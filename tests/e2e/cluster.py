@@ -162,6 +162,42 @@ class Cluster:
 
         wait_for(f"admission policy {policy} to be enforced", refused, 30)
 
+    def refusal(self, namespace: str, obj: dict[str, Any]) -> str | None:
+        """The API server's refusal of creating `obj` (a ResourceClaim or template, in a
+        dry run: nothing is stored), or None when it would be created."""
+        kind = {
+            "ResourceClaim": "resourceclaims",
+            "ResourceClaimTemplate": "resourceclaimtemplates",
+        }
+        path = f"{RESOURCE}/namespaces/{namespace}/{kind[obj['kind']]}?dryRun=All"
+        try:
+            self.cp.request("POST", path, obj)
+        except ApiError as e:
+            return str(e)
+        return None
+
+    @contextlib.contextmanager
+    def chart_policy(self, template: str, *values: str) -> Iterator[str]:
+        """The chart's admission policy of `template` (under templates/driver/) rendered
+        with `values` (helm --set/--set-json arguments) and applied for the block; its
+        name. Removed after the block."""
+        from tests.deploy.support import gen_manifests
+        from tests.support.helm import helm_binary
+
+        rendered = gen_manifests().render(
+            helm_binary(), *values, "--show-only", f"templates/driver/{template}"
+        )
+        objects = [d for d in yaml.safe_load_all(rendered) if d]
+        [name] = [
+            o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+        ]
+        self.apply(objects)
+        try:
+            yield name
+        finally:
+            self.delete(f"{ADMISSION}/validatingadmissionpolicybindings/{name}")
+            self.delete(f"{ADMISSION}/validatingadmissionpolicies/{name}")
+
     def config_policy_refuses(self, policy: str, claim: dict[str, Any]) -> bool:
         """Whether `policy` refuses to create `claim` now (a dry run: nothing is stored)."""
         path = f"{RESOURCE}/namespaces/default/resourceclaims?dryRun=All"

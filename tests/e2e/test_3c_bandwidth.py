@@ -9,15 +9,11 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 
-from localcluster.apiclient import ApiError
-from tests.deploy.support import gen_manifests
 from tests.support import hosttools
-from tests.support.helm import helm_binary
 from tests.support.waiting import wait_for
 
-from .cluster import ADMISSION, RESOURCE, Cluster
+from .cluster import Cluster
 from .conftest import Node
 from .kubelet import results
 from .test_3_capacity import claim_pod, prepare_pod, unschedulable, veth_template
@@ -114,17 +110,6 @@ def test_the_scheduler_keeps_the_sum_of_bandwidth_within_the_node_and_it_is_enfo
     assert node.tagged() == {}
 
 
-def _policy_objects() -> list[dict[str, Any]]:
-    """The chart's bandwidth policy and binding for a node offering 200M in steps of 10M."""
-    rendered = gen_manifests().render(
-        helm_binary(),
-        "--set", "settings.virtualBandwidth=200M",
-        "--set", "settings.bandwidthStep=10M",
-        "--show-only", "templates/driver/bandwidth-policy.yaml",
-    )  # fmt: skip
-    return [d for d in yaml.safe_load_all(rendered) if d]
-
-
 def _claim(name: str, bandwidth: str, sub: bool = False, fallback: str = "") -> dict[str, Any]:
     """A claim asking the virtual class for `bandwidth` (in a firstAvailable subrequest
     `fast`, followed by a subrequest `slow` for `fallback` when given)."""
@@ -150,52 +135,36 @@ def _claim(name: str, bandwidth: str, sub: bool = False, fallback: str = "") -> 
     }
 
 
-def _refusal(cluster: Cluster, namespace: str, claim: dict[str, Any]) -> str | None:
-    """The API server's refusal of creating `claim` (a dry run), or None."""
-    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims?dryRun=All"
-    try:
-        cluster.cp.request("POST", path, claim)
-    except ApiError as e:
-        return str(e)
-    return None
-
-
 def test_a_bandwidth_request_no_node_offers_or_off_the_step_is_refused_at_creation(
     cluster: Cluster, kns: str
 ) -> None:
-    objects = _policy_objects()
-    [policy] = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    cluster.apply(objects)
-    try:
+    with cluster.chart_policy(
+        "bandwidth-policy.yaml",
+        "--set", "settings.virtualBandwidth=200M",
+        "--set", "settings.bandwidthStep=10M",
+    ) as policy:  # fmt: skip
         wait_for(
             f"{policy} to be enforced",
-            lambda: _refusal(cluster, kns, _claim("probe", "1G")) is not None,
+            lambda: cluster.refusal(kns, _claim("probe", "1G")) is not None,
             30,
         )
-        too_much = _refusal(cluster, kns, _claim("big", "300M")) or ""
+        too_much = cluster.refusal(kns, _claim("big", "300M")) or ""
         assert f"ValidatingAdmissionPolicy '{policy}'" in too_much, too_much
         assert (
             "spec.devices.requests[net].exactly.capacity.requests.bandwidth: 300M is more "
             "than the 200M a node's virtual device offers"
         ) in too_much, too_much
-        only_too_much = _refusal(cluster, kns, _claim("big-sub", "300M", sub=True)) or ""
+        only_too_much = cluster.refusal(kns, _claim("big-sub", "300M", sub=True)) or ""
         assert (
             "spec.devices.requests[net].firstAvailable[fast].capacity.requests.bandwidth: "
             "300M is more than the 200M"
         ) in only_too_much, only_too_much
-        off_step = _refusal(cluster, kns, _claim("odd", "15M", sub=True)) or ""
+        off_step = cluster.refusal(kns, _claim("odd", "15M", sub=True)) or ""
         assert (
             "spec.devices.requests[net].firstAvailable[fast].capacity.requests.bandwidth: "
             "15M is not a multiple of 10M"
         ) in off_step, off_step
-        template = bandwidth_template(kns, "tmpl", "250M")
-        try:
-            cluster.cp.request(
-                "POST", f"{RESOURCE}/namespaces/{kns}/resourceclaimtemplates?dryRun=All", template
-            )
-            refused = ""
-        except ApiError as e:
-            refused = str(e)
+        refused = cluster.refusal(kns, bandwidth_template(kns, "tmpl", "250M")) or ""
         assert "spec.spec.devices.requests[net].exactly.capacity.requests.bandwidth: 250M" in (
             refused
         ), refused
@@ -206,10 +175,4 @@ def test_a_bandwidth_request_no_node_offers_or_off_the_step_is_refused_at_creati
             _claim("fallback", "300M", sub=True, fallback="100M"),  # the scheduler falls back
         ]
         for claim in fine:
-            assert _refusal(cluster, kns, claim) is None, claim["metadata"]["name"]
-    finally:
-        for obj in objects:
-            kind = "validatingadmissionpolicies"
-            if obj["kind"] == "ValidatingAdmissionPolicyBinding":
-                kind = "validatingadmissionpolicybindings"
-            cluster.delete(f"{ADMISSION}/{kind}/{obj['metadata']['name']}")
+            assert cluster.refusal(kns, claim) is None, claim["metadata"]["name"]

@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster.apiclient import ApiError
 from tests.deploy.support import gen_manifests
 from tests.support.helm import helm_binary
 from tests.support.waiting import wait_for
 
-from .cluster import ADMISSION, RESOURCE, Cluster
+from .cluster import Cluster
 from .conftest import NODE, Node, forwarded, node_machine
 from .kubelet import results
 from .test_3_capacity import claim_pod, prepare_pod, veth_template
@@ -156,43 +155,26 @@ def _claim_with(netdev: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _refusal(cluster: Cluster, namespace: str, claim: dict[str, Any]) -> str | None:
-    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims?dryRun=All"
-    try:
-        cluster.cp.request("POST", path, claim)
-    except ApiError as e:
-        return str(e)
-    return None
-
-
 def test_an_unknown_pool_or_a_pool_beside_addresses_is_refused_at_creation(
     cluster: Cluster, kns: str
 ) -> None:
-    rendered = gen_manifests().render(
-        helm_binary(), "--set-json", f"ipam.pools={json.dumps(POOLS)}",
-        "--show-only", "templates/driver/ipam-policy.yaml",
-    )  # fmt: skip
-    objects = [d for d in yaml.safe_load_all(rendered) if d]
-    [policy] = [o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    cluster.apply(objects)
-    try:
+    with cluster.chart_policy(
+        "ipam-policy.yaml", "--set-json", f"ipam.pools={json.dumps(POOLS)}"
+    ) as policy:
         unknown = _claim_with({"ipam": {"pool": "nope"}})
-        wait_for(f"{policy} enforced", lambda: _refusal(cluster, kns, unknown) is not None, 30)
-        message = _refusal(cluster, kns, unknown) or ""
+        wait_for(f"{policy} enforced", lambda: cluster.refusal(kns, unknown) is not None, 30)
+        message = cluster.refusal(kns, unknown) or ""
         assert f"ValidatingAdmissionPolicy '{policy}'" in message, message
         assert (
             "spec.devices.config[].opaque.parameters.netdev.ipam.pool: no pool nope (pools: pods)"
             in message
         )
-        both = _refusal(
-            cluster, kns, _claim_with({"ipam": {"pool": "pods"}, "ipAddresses": ["203.0.113.9/27"]})
+        both = {"ipam": {"pool": "pods"}, "ipAddresses": ["203.0.113.9/27"]}
+        assert "ipam and ipAddresses exclude each other" in (
+            cluster.refusal(kns, _claim_with(both)) or ""
         )
-        assert "ipam and ipAddresses exclude each other" in (both or ""), both
-        assert _refusal(cluster, kns, _claim_with({"ipam": {"pool": "pods"}})) is None
-        assert _refusal(cluster, kns, _claim_with({"ipAddresses": ["203.0.113.9/27"]})) is None
-    finally:
-        for obj in objects:
-            kind = "validatingadmissionpolicies"
-            if obj["kind"] == "ValidatingAdmissionPolicyBinding":
-                kind = "validatingadmissionpolicybindings"
-            cluster.delete(f"{ADMISSION}/{kind}/{obj['metadata']['name']}")
+        assert cluster.refusal(kns, _claim_with({"ipam": {"pool": "pods"}})) is None
+        assert cluster.refusal(kns, _claim_with({"ipAddresses": ["203.0.113.9/27"]})) is None
+        assert (
+            cluster.refusal(kns, _claim_with({"ipam": {"pool": "pods"}, "ipAddresses": []})) is None
+        )
