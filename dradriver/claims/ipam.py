@@ -157,6 +157,7 @@ class AddressBook:
         claims' configs (`(claim, configs by device key)`), plus the file's of the claims
         in `keep` (a record that could not be read: its pod may hold them); the blocks
         stay (a file that cannot be read starts empty: the API has the blocks)."""
+        self.store.tidy()
         by_pool: dict[str, dict[str, Holder]] = {name: {} for name in self.pools}
         for ref, configs in prepared:
             for key, config in configs.items():

@@ -12,6 +12,7 @@ The file is what an operator reads to see which claim has which address:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dradriver.base.errors import StorageError, storage_error
-from dradriver.state.atomicfile import write_atomic
+from dradriver.state.atomicfile import remove_stale_temp_files, write_atomic
 
 DIRECTORY = "ipam"
 
@@ -99,6 +100,8 @@ class IpamStore:
                 self.path(state.pool).unlink(missing_ok=True)
             except OSError as exc:
                 raise storage_error(exc) from None
+            with contextlib.suppress(OSError):  # the last pool with nothing: no directory
+                self._dir.rmdir()
             return
         doc = {
             "pool": state.pool,
@@ -109,6 +112,11 @@ class IpamStore:
             write_atomic(self.path(state.pool), json.dumps(doc).encode() + b"\n", durable=False)
         except OSError as exc:
             raise storage_error(exc) from None
+
+    def tidy(self) -> None:
+        """Remove the temp files a crash left in the directory (at start, under the lock)."""
+        if self._dir.is_dir():
+            remove_stale_temp_files(self._dir)
 
     def pools(self) -> Iterator[str]:
         """The pools that have a file."""

@@ -26,9 +26,7 @@ def _slots(chart: ChartCluster, node: str) -> str | None:
 
 @pytest.fixture
 def two_slots(chart: ChartCluster) -> Iterator[None]:
-    chart.release.install(operator_values(chart.image, virtualSlots=SLOTS), upgrade=True)
-    try:
-        chart.wait_rollout()
+    with chart.installed(operator_values(chart.image, virtualSlots=SLOTS)):
         for node in chart.node_names:
             wait_for(
                 f"{node} to publish {SLOTS} slots",
@@ -36,9 +34,6 @@ def two_slots(chart: ChartCluster) -> Iterator[None]:
                 60,
             )
         yield
-    finally:
-        chart.release.install(operator_values(chart.image), upgrade=True)
-        chart.wait_rollout()
 
 
 def test_two_slots_per_node_run_four_pods_and_the_fifth_waits(chart: ChartCluster, two_slots, kns):

@@ -26,15 +26,8 @@ LIMIT = 128 * 1024 * 1024
 
 @pytest.fixture
 def metrics_on(chart: ChartCluster) -> Iterator[None]:
-    chart.release.install(
-        operator_values(chart.image, metricsAddr=f":{METRICS_PORT}"), upgrade=True
-    )
-    try:
-        chart.wait_rollout()
+    with chart.installed(operator_values(chart.image, metricsAddr=f":{METRICS_PORT}")):
         yield
-    finally:
-        chart.release.install(operator_values(chart.image), upgrade=True)
-        chart.wait_rollout()
 
 
 def memory_cgroup(chart: ChartCluster, node: str) -> Path:

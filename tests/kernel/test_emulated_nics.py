@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -447,14 +448,32 @@ def _prepare_into(
 def _freeze_at_the_first_vf_change(
     pid: int, pf: str, before: dict[str, Any], done: threading.Event
 ) -> bool:
-    """Stop process `pid` (SIGSTOP) as soon as the PF's VF table differs from `before`:
-    the driver is then between its first PF-side setting and the end of prepare. False
-    if the call ended (`done`) without a change."""
+    """Stop process `pid` (SIGSTOP) once the PF's VF table differs from `before`: the
+    driver is then between its first PF-side setting and the end of prepare. The driver
+    runs in slices of a few milliseconds and the table is read while it is stopped, so
+    however slow a read is (`ip` under software emulation), the driver cannot run past
+    the window unseen. False if the call ended (`done`) without a change."""
     while not done.is_set():
+        os.kill(pid, signal.SIGSTOP)
+        _stopped(pid)
         if _vf_view(pf, 0) != before:
-            os.kill(pid, signal.SIGSTOP)
             return True
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.002)
     return _vf_view(pf, 0) != before and not os.kill(pid, signal.SIGSTOP)
+
+
+def _stopped(pid: int) -> None:
+    """Until every thread of `pid` is stopped (a SIGSTOP takes effect asynchronously)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if all(state in ("T", "t", "Z", "X") for state in states):
+            return
+        time.sleep(0.001)
 
 
 @pytest.mark.kind("sriov-vf")
