@@ -78,6 +78,7 @@ def context_of(settings: Settings, api_server: str | None = None) -> HandlerCont
         virtual_slots=settings.virtual_slots,
         virtual_bandwidth=settings.virtual_bandwidth,
         bandwidth_step=settings.bandwidth_step,
+        link_bandwidth=settings.link_bandwidth,
         owner=naming.owner_id(settings.driver_name, os.path.realpath(settings.state_dir)),
         claim_address_ranges=settings.claim_address_ranges,
         protected_addresses=_api_server_address(api_server),

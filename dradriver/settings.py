@@ -42,6 +42,7 @@ class Settings:
     virtual_slots: int = 128
     virtual_bandwidth: int = 0  # bits per second; 0: no bandwidth capacity
     bandwidth_step: int = 1_000_000
+    link_bandwidth: int = 0
     ipam_pools: tuple[ipam.Pool, ...] = ()
     publish_interval: float = 60.0
     claim_prefetch: str = "prepare"  # off | read | prepare
@@ -110,6 +111,14 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "bandwidth_step",
         "1M",
         "what a claim's bandwidth request is a multiple of, in bits per second",
+    )
+    flag(
+        "--link-bandwidth",
+        "link_bandwidth",
+        "",
+        "bandwidth capacity in bits per second of a host NIC, or of the VFs of a PF, whose "
+        "link speed the kernel does not report (default none: such devices offer no "
+        "bandwidth)",
     )
     flag(
         "--parent-interfaces",
@@ -275,6 +284,7 @@ def from_args(args: argparse.Namespace) -> Settings:
     if not naming.is_dns_subdomain(args.node_name):
         raise SystemExit(f"--node-name must be a Kubernetes node name, got {args.node_name!r}")
     bandwidth, step = _bandwidth(args.virtual_bandwidth, args.bandwidth_step)
+    link_bandwidth = _link_bandwidth(args.link_bandwidth)
     ranges = split_list(args.claim_address_ranges)
     try:
         iprules.parse_ranges(ranges)
@@ -298,6 +308,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         "virtual_slots": slots,
         "virtual_bandwidth": bandwidth,
         "bandwidth_step": step,
+        "link_bandwidth": link_bandwidth,
         "parent_interfaces": split_list(args.parent_interfaces),
         "virtual_parents": split_list(args.virtual_parents),
         "sriov_pfs": split_list(args.sriov_pfs),
@@ -407,6 +418,20 @@ def _bandwidth(total: str, step: str) -> tuple[int, int]:
             "a request of all of it would be rounded beyond it"
         )
     return bits, unit
+
+
+def _link_bandwidth(text: str) -> int:
+    """--link-bandwidth in bits per second (0: none), checked: whole megabits, the unit
+    a VF's rate limit is set in."""
+    try:
+        bits = quantity.parse(str(text or "0"))
+    except ValueError as exc:
+        raise SystemExit(f"--link-bandwidth: {exc}") from None
+    if bits and not (1_000_000 <= bits <= MAX_BANDWIDTH and bits % 1_000_000 == 0):
+        raise SystemExit(
+            f"--link-bandwidth must be whole megabits per second up to 10T, got {text}"
+        )
+    return bits
 
 
 def _pools(text: str, ranges: tuple[str, ...]) -> tuple[ipam.Pool, ...]:

@@ -20,7 +20,9 @@ class AllocatedDevice:
     device: str
     share_id: str | None
     parameters: Mapping[str, Any] | None
-    consumed: Mapping[str, str] = field(default_factory=dict)  # consumedCapacity
+    # What the request takes of the device's capacities: the scheduler's consumedCapacity
+    # for a shared device, the request's own capacity.requests for a whole one.
+    consumed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def base_request(self) -> str:
@@ -50,6 +52,7 @@ def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedCla
         raise ClaimError("not allocated (status.allocation is empty)")
     results = (allocation.get("devices") or {}).get("results") or []
     configs = _ordered_configs((allocation.get("devices") or {}).get("config") or [], driver)
+    asked = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
     devices = []
     for result in results:
         if result.get("driver") != driver:
@@ -67,7 +70,8 @@ def resolve(claim: Mapping[str, Any], ref: ClaimRef, driver: str) -> ResolvedCla
                 device=str(result.get("device", "")),
                 share_id=result.get("shareID") or None,
                 parameters=_merged_parameters(configs, request),
-                consumed=_consumed(result.get("consumedCapacity")),
+                consumed=_consumed(result.get("consumedCapacity"))
+                or _consumed(_requested(asked, request)),
             )
         )
     pods = [
@@ -87,6 +91,20 @@ def _consumed(capacity: object) -> dict[str, str]:
     if not isinstance(capacity, Mapping):
         return {}
     return {str(k): str(v) for k, v in capacity.items() if isinstance(v, str | int)}
+
+
+def _requested(requests: list[Mapping[str, Any]], name: str) -> object:
+    """The capacity.requests of request `name` (`req` or `req/sub`) in the claim's spec."""
+    base, _, sub = name.partition("/")
+    for request in requests:
+        if request.get("name") != base:
+            continue
+        if not sub:
+            return ((request.get("exactly") or {}).get("capacity") or {}).get("requests")
+        for option in request.get("firstAvailable") or []:
+            if option.get("name") == sub:
+                return (option.get("capacity") or {}).get("requests")
+    return None
 
 
 def _ordered_configs(

@@ -116,6 +116,8 @@ class HandlerContext:
     own addresses and gateways, e.g. the API server's.
     `virtual_bandwidth`: the bits per second the virtual device offers as its
     `bandwidth` capacity (0: none), shared out in multiples of `bandwidth_step`.
+    `link_bandwidth`: the bits per second a host NIC, or the VFs of a PF, offer as
+    `bandwidth` when the kernel reports no link speed (0: none).
     """
 
     driver_name: str
@@ -132,6 +134,7 @@ class HandlerContext:
     protected_addresses: tuple[tuple[str, str], ...] = ()
     virtual_bandwidth: int = 0
     bandwidth_step: int = 1_000_000
+    link_bandwidth: int = 0
 
 
 UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device
@@ -182,8 +185,9 @@ class DeviceRequest:
     the host never holds a claim's addresses, and routes, sysctls and exclusive RDMA
     become possible).
 
-    `consumed` is what the scheduler gave the request of a shareable device's
-    capacities, as quantities by capacity name (`{"bandwidth": "100M"}`).
+    `consumed` is what the request takes of the device's capacities, as quantities by
+    capacity name (`{"bandwidth": "100M"}`): what the scheduler gave it of a shareable
+    device, what it asked of a whole one (whose capacity covers it).
     """
 
     claim: ClaimRef

@@ -9,11 +9,19 @@ no rights to change it:
   (named and tagged like its other links), whose own token bucket limits it.
 Both go with the links at unprepare; after a reboot the record's allocation brings
 them back with the links. A request that takes no bandwidth is not limited.
+
+Whole devices offer `bandwidth` too: a host NIC and each VF its (PF's) link speed, or
+the operator's figure where the kernel reports none. A request's `bandwidth` selects
+a device that fast; a VF is then limited to it (its `max_tx_rate`, set through the
+PF), a host NIC is the claim's whole link.
 """
 
 from __future__ import annotations
 
+import logging
+
 from dradriver.base.errors import ClaimError
+from dradriver.base.log import event
 from dradriver.contract import quantity
 from dradriver.contract.hookspecs import Capacity, DeviceRequest, HandlerContext
 from dradriver.kernel import netlink
@@ -21,6 +29,10 @@ from dradriver.kit import links
 
 BANDWIDTH = "bandwidth"  # the capacity's name, in bits per second
 FIELD = f"capacity.requests.{BANDWIDTH}"
+MEGABIT = 1_000_000
+
+log = logging.getLogger(__name__)
+_UNREPORTED: set[str] = set()  # links already logged as offering no bandwidth
 
 
 def capacity(context: HandlerContext) -> Capacity:
@@ -34,6 +46,26 @@ def capacity(context: HandlerContext) -> Capacity:
     )
 
 
+def link_capacity(
+    context: HandlerContext, link: str, speed_mbps: int | None
+) -> dict[str, Capacity]:
+    """The `bandwidth` of a whole device on `link` (a host NIC, or a VF's PF): the
+    link's speed, else the operator's --link-bandwidth, else none (logged once)."""
+    bits = speed_mbps * MEGABIT if speed_mbps else context.link_bandwidth
+    if bits:
+        return {BANDWIDTH: Capacity(quantity.render(bits))}
+    if link not in _UNREPORTED:
+        _UNREPORTED.add(link)
+        event(
+            log,
+            logging.WARNING,
+            "link speed not reported: its devices offer no bandwidth until the operator "
+            "sets --link-bandwidth (chart: settings.linkBandwidth)",
+            link=link,
+        )
+    return {}
+
+
 def allocated(req: DeviceRequest) -> int:
     """The bits per second the scheduler gave this device (0: no limit)."""
     text = req.consumed.get(BANDWIDTH)
@@ -42,7 +74,12 @@ def allocated(req: DeviceRequest) -> int:
     try:
         return quantity.parse(str(text))
     except ValueError as exc:
-        raise ClaimError(f"consumedCapacity.{BANDWIDTH}: {exc}") from None
+        raise ClaimError(f"{FIELD}: {exc}") from None
+
+
+def megabits(req: DeviceRequest) -> int:
+    """The device's bandwidth in whole megabits per second, rounded up (0: no limit)."""
+    return -(-allocated(req) // MEGABIT)
 
 
 def refuse(req: DeviceRequest, why: str) -> None:

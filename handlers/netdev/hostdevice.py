@@ -13,7 +13,7 @@ from typing import Any
 from dradriver.base.errors import ConfigError, DeviceError
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
-from dradriver.kit import hostif, links, netconfig, sysfs
+from dradriver.kit import hostif, links, netconfig, shaping, sysfs
 
 KIND = "host-device"
 
@@ -54,6 +54,8 @@ def discover(context: HandlerContext) -> list[Device]:
             Device(
                 naming.published_device_name("nic", ifname),
                 attrs,
+                # the claim has the whole link: a bandwidth request picks one that fast
+                capacity=shaping.link_capacity(context, ifname, attrs.get("linkSpeedMbps")),
                 healthy=not problem,
                 health_message=problem,
             )

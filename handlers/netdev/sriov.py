@@ -18,7 +18,7 @@ from dradriver.base.errors import ConfigError, DeviceError
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import Device, DeviceRequest, HandlerContext, Prepared, Validated
 from dradriver.kernel import netlink
-from dradriver.kit import hostif, links, netconfig, sysfs
+from dradriver.kit import hostif, links, netconfig, shaping, sysfs
 
 KIND = "sriov-vf"
 _UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
@@ -130,6 +130,8 @@ def discover(context: HandlerContext) -> list[Device]:
         if not pf_pci or fs.physfn(pf):
             continue
         pf_up = fs.read("class", "net", pf, "carrier") != "0"  # unknown counts as up
+        speed = fs.link_speed(pf)  # the VFs share their PF's port
+        capacity = shaping.link_capacity(context, pf, speed)
         for index, vf_pci in sorted(fs.virtfns(pf_pci).items()):
             netdevs = fs.pci_netdevs(vf_pci)
             if not netdevs:
@@ -147,7 +149,7 @@ def discover(context: HandlerContext) -> list[Device]:
                 ("macAddress", fs.read("class", "net", netdevs[0], "address")),
                 ("numaNode", fs.pci_numa_node(vf_pci)),
                 ("driver", fs.link_name("bus", "pci", "devices", vf_pci, "driver")),
-                ("linkSpeedMbps", fs.link_speed(pf)),  # the VF shares its PF's port
+                ("linkSpeedMbps", speed),
             ):
                 if value is not None:
                     attrs[name] = value
@@ -156,6 +158,7 @@ def discover(context: HandlerContext) -> list[Device]:
                 Device(
                     naming.published_device_name("vf", vf_pci),
                     attrs,
+                    capacity=capacity,
                     healthy=pf_up,
                     health_message="" if pf_up else f"its PF {pf} has no carrier",
                 )
@@ -198,7 +201,8 @@ class SriovVfHandler:
                 "maxTxRate": {
                     "type": "integer",
                     "minimum": 0,
-                    "description": "transmit rate limit, Mb/s (0: none)",
+                    "description": "transmit rate limit, Mb/s (0: none); a claim that "
+                    "requests bandwidth gets it as its limit instead",
                 },
             },
             keeps_addresses=True,
@@ -238,15 +242,17 @@ class SriovVfHandler:
         """The allocated VF exists, the config names no other one, and its MTU and
         addresses fit the VF's netdev and the node."""
         _, _, ifname = self._vf(req)
+        _settings(req)
         return hostif.checked(req, ifname, shares=True).validated()  # on its PF's port
 
     def prepare(self, req: DeviceRequest) -> Prepared:
         """Journal VF and netdev state, apply VF settings through the PF, claim the netdev."""
         pf_name, index, ifname = self._vf(req)
         cfg = netconfig.NetConfig.parse(req.config)
+        config = _settings(req)
         pf = netlink.require(pf_name, "SR-IOV PF")
         current = netlink.vf_settings(pf, index) or netlink.VfSettings()
-        wanted = _wanted(req.config)
+        wanted = _wanted(config)
         before = {f: getattr(current, f) for keys, fields in wanted for f in fields}
         vf_link = netlink.require(ifname, "VF netdev")
         own_mac = vf_link.address if cfg.mac and vf_link.address != cfg.mac else None
@@ -256,10 +262,10 @@ class SriovVfHandler:
             if wanted:
                 steps.append(lambda: _restore_vf(vf_undo))
             for keys, fields in wanted:
-                group = {f: _value(req.config, f, current) for f in fields}
-                given = [k for k in keys if k in req.config]
-                told = ", ".join(f"{k}={req.config[k]}" for k in given)
-                field = f"{netconfig.NETDEV_PATH}.{given[0]}"
+                group = {f: _value(config, f, current) for f in fields}
+                given = [k for k in keys if k in config]
+                told = ", ".join(f"{k}={config[k]}" for k in given)
+                field = _field(req, given[0])
                 what = f"{field}: PF {pf_name} refused {told} for VF {index}"
                 netlink.set_vf(pf, index, what, netlink.VfSettings(**group))
             if own_mac and cfg.mac:  # cfg.mac for the type checker
@@ -288,6 +294,28 @@ class SriovVfHandler:
         if payload.netdev is not None:
             hostif.release(payload.netdev)
         _restore_vf(payload.vf)
+
+
+def _settings(req: DeviceRequest) -> Mapping[str, Any]:
+    """The VF settings the claim asks for: its config's, with the bandwidth it requested
+    as maxTxRate (whole Mb/s, rounded up); a config that sets maxTxRate too is refused."""
+    rate = shaping.megabits(req)
+    if not rate:
+        return req.config
+    if "maxTxRate" in req.config:
+        raise ConfigError(
+            f"maxTxRate and the request's {shaping.FIELD} ({rate} Mb/s) both limit the "
+            "VF: leave maxTxRate out",
+            f"{netconfig.NETDEV_PATH}.maxTxRate",
+        )
+    return {**req.config, "maxTxRate": rate}
+
+
+def _field(req: DeviceRequest, key: str) -> str:
+    """Where the user wrote VF setting `key`: the config, or the request's bandwidth."""
+    if key == "maxTxRate" and "maxTxRate" not in req.config:
+        return shaping.FIELD
+    return f"{netconfig.NETDEV_PATH}.{key}"
 
 
 def _wanted(config: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:

@@ -31,6 +31,7 @@ from dradriver.handlers.rdma import uverbs
 
 from dradriver.base.errors import DriverError
 from dradriver.contract import naming
+from dradriver.contract.hookspecs import Capacity
 from dradriver.nrimode import placing
 from dradriver.state.moves import Move
 from dradriver.state.records import PREPARED
@@ -145,6 +146,7 @@ def test_the_vfs_of_a_real_pf_are_published_with_the_standard_attributes(igb):
         assert a.get(STANDARD + "numaNode") == (numa if numa >= 0 else None)
         speed = int(Path(f"/sys/class/net/{igb}/speed").read_text())
         assert a["linkSpeedMbps"] == speed == 1000  # the VF shares its PF's port
+        assert device.capacity == {"bandwidth": Capacity("1G")}  # and its bandwidth
     # The published set follows sriov_numvfs.
     pcinics.set_numvfs(igb, 0)
     assert sriov.discover(ctx) == []
@@ -215,6 +217,7 @@ def test_a_real_pci_nic_is_published_with_its_pci_facts(e1000e):
     )
     assert a[STANDARD + "pcieRoot"].startswith("pci0000:")
     assert a["linkSpeedMbps"] == 1000 and device.healthy
+    assert device.capacity == {"bandwidth": Capacity("1G")}  # the whole link's
 
 
 # -- sriov-vf ----------------------------------------------------------------------------
@@ -544,3 +547,51 @@ def test_the_driver_republishes_its_slice_when_sriov_numvfs_changes(igb, node_dr
     wait_for("the VFs in the slice", lambda: published_vfs() == sorted(vfs), 30)
     pcinics.set_numvfs(igb, 0)
     wait_for("no VF in the slice", lambda: published_vfs() == [], 30)
+
+
+@pytest.mark.kind("sriov-vf")
+@pytest.mark.kernel("igb-sriov")
+def test_a_vf_claim_is_limited_to_the_bandwidth_it_requested(igb, node_driver):
+    fake, start = node_driver
+    [vf] = pcinics.set_numvfs(igb, 1)
+    before, host_before = _vf_view(igb, 0), _host_view(vf)
+    device = naming.published_device_name("vf", pcinics.pci_of(vf))
+    d = start("--sriov-pfs", igb)
+
+    def published() -> list[dict[str, Any]]:
+        devices = [x for s in list(fake.slices.values()) for x in s["spec"]["devices"]]
+        return [x for x in devices if x["name"] == device]
+
+    wait_for("the VF in the slice", published, 30)
+    assert published()[0]["capacity"] == {"bandwidth": {"value": "1G"}}
+
+    def claim(name: str, bandwidth: str, netdev: dict[str, Any]) -> dict[str, Any]:
+        made = allocated_claim(
+            name,
+            [{"request": "nic", "pool": "node-a", "device": device}],
+            config=[opaque({"type": "netdev", "netdev": {"kind": "sriov-vf", **netdev}})],
+        )
+        [request] = made["spec"]["devices"]["requests"]
+        request["exactly"] |= {
+            "deviceClassName": "network-devices",
+            "capacity": {"requests": {"bandwidth": bandwidth}},
+        }
+        fake.add_claim(made)
+        return made
+
+    # 250.5 Mbit/s: a VF's limit is set in whole Mb/s, rounded up.
+    limited = claim("vf-limited", "250500k", {"interfaceName": "net1"})
+    answer = d.prepare([limited]).claims[limited["metadata"]["uid"]]
+    assert not answer.error, f"{answer.error}\n{d.log()[-3000:]}"
+    assert pcinics.max_rate_of(pcinics.vf_entry(igb, 0)) == 251
+    record = RecordStore(d.state).load(limited["metadata"]["uid"])
+    assert record is not None and list(record.consumed.values()) == [{"bandwidth": "250500k"}]
+    _unprepare(d, limited)
+    assert _vf_view(igb, 0) == before and _host_view(vf) == host_before
+
+    # A config that limits the VF too is refused, naming the field; nothing changes.
+    both = claim("vf-both", "100M", {"interfaceName": "net1", "maxTxRate": 50})
+    answer = d.prepare([both]).claims[both["metadata"]["uid"]]
+    assert "netdev.maxTxRate" in answer.error and "leave maxTxRate out" in answer.error
+    assert _vf_view(igb, 0) == before and _host_view(vf) == host_before
+    assert not list(d.state.glob("*.alloc.json"))

@@ -6,11 +6,13 @@ namespace is destroyed the kernel hands a physical NIC back under its container 
 a veth would die instead, so the tests move it back the way the kernel would.
 """
 
+from dataclasses import replace
+
 import pytest
 from dradriver.handlers.netdev import hostdevice, sriov
 
 from dradriver.base.errors import DriverError
-from dradriver.contract.hookspecs import Device
+from dradriver.contract.hookspecs import Capacity, Device
 from tests.support import netns
 from tests.support.fakesys import FakeSys
 from tests.support.handlers import context, net_device, prepare
@@ -154,6 +156,12 @@ def test_discovery_offers_only_allowed_non_primary_interfaces(tmp_path, in_ns):
         "k8s.cni.cncf.io/deviceID": "0000:00:04.0",
     }
     assert "linkSpeedMbps" not in devices["nic-eth2"].attributes  # no link: no speed
+    # The whole link's bandwidth: its speed, or the operator's figure where none is known.
+    assert devices["nic-eth1"].capacity == {"bandwidth": Capacity("25G")}
+    assert devices["nic-eth2"].capacity == {}
+    given = {d.name: d for d in hostdevice.discover(replace(ctx, link_bandwidth=10**10))}
+    assert given["nic-eth2"].capacity == {"bandwidth": Capacity("10G")}
+    assert given["nic-eth1"].capacity == {"bandwidth": Capacity("25G")}
     assert devices["nic-eth1"].healthy and not devices["nic-eth2"].healthy
     assert hostdevice.discover(context(sysfs_root=tmp_path)) == []  # nothing unless allowed
 
@@ -211,6 +219,24 @@ def test_vf_without_vf_index_is_the_allocated_one_not_vf0(sriov_host, pod):
     return_to_host(pod, host, "net1")
     handler.unprepare(prepared.undo)
     assert "pf0v1" in {ln["name"] for ln in links_in(host)}
+
+
+@pytest.mark.kind("sriov-vf", fabricated=True)
+def test_a_vf_bandwidth_the_pf_refuses_names_the_request_and_changes_nothing(sriov_host):
+    host, ctx = sriov_host
+    vf1 = sriov.discover(ctx)[1]
+    before = netns.ip(host, "-o", "link")
+    with pytest.raises(
+        DriverError,
+        match=r"capacity\.requests\.bandwidth: PF pf0 refused maxTxRate=101 for VF 1",
+    ):  # 100.5 Mbit/s: whole Mb/s, rounded up
+        prepare(
+            {"type": "netdev", "netdev": {"kind": "sriov-vf"}},
+            device=vf1,
+            ctx=ctx,
+            consumed={"bandwidth": "100500k"},
+        )
+    assert netns.ip(host, "-o", "link") == before
 
 
 @pytest.mark.kind("sriov-vf", fabricated=True)

@@ -5,21 +5,26 @@ puts on the claim's links (in the in-memory kernel; tests/kernel measures real t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import struct
 import uuid
+from typing import Any
 
 import pytest
-from dradriver.handlers.netdev import virtual
+from dradriver.handlers.netdev import sriov, virtual
 
 from dradriver import settings
 from dradriver.apiserver import slices
+from dradriver.base.errors import ConfigError
 from dradriver.claims import resolution
 from dradriver.contract import naming, quantity
-from dradriver.contract.hookspecs import ClaimRef
+from dradriver.contract.hookspecs import Capacity, ClaimRef
 from dradriver.kernel.rtnl import tc, wire
 from tests.support.fakeapi import allocated_claim, opaque
-from tests.support.handlers import context
+from tests.support.fakesys import FakeSys
+from tests.support.handlers import context, request
 from tests.support.statenode import (
     KINDS,
     UID,
@@ -217,3 +222,91 @@ def test_an_ifb_of_another_owner_with_the_claims_name_is_never_touched(node: Nod
     assert f"interface {name} exists and belongs to someone else" in error
     assert node.kernel.table[name].alias == "dra:someone-else"
     assert set(node.kernel.table) == {"ens1", "ens2", name} and node.files() == []
+
+
+# -- whole devices: host NICs and VFs -------------------------------------------------
+
+
+def _vf_node(tmp_path, pf: str = "pf0", pf_speed: int | None = None) -> FakeSys:
+    fs = FakeSys(tmp_path)
+    fs.sriov(pf, "0000:3b:00.0", {0: ("0000:3b:00.2", "vf0"), 1: ("0000:3b:00.3", "vf1")})
+    if pf_speed is not None:
+        (tmp_path / "class" / "net" / pf / "speed").write_text(f"{pf_speed}\n")
+    return fs
+
+
+def test_the_vfs_of_a_pf_offer_its_link_speed_as_bandwidth(tmp_path):
+    _vf_node(tmp_path)  # 25000 Mb/s
+    devices = sriov.discover(context(sysfs_root=tmp_path, sriov_pfs=("pf0",)))
+    assert [slices.device_json(d)["capacity"] for d in devices] == [
+        {"bandwidth": {"value": "25G"}}  # no request policy: a VF goes to one claim whole
+    ] * 2
+
+
+def test_a_pf_whose_speed_is_unknown_offers_the_operators_figure_or_says_it_offers_none(
+    tmp_path, caplog
+):
+    # what the kernel reports without a link (a PF no other test names: said once a run)
+    _vf_node(tmp_path, "pf-nolink", pf_speed=-1)
+    ctx = context(sysfs_root=tmp_path, sriov_pfs=("pf-nolink",))
+    with caplog.at_level(logging.WARNING):
+        assert [d.capacity for d in sriov.discover(ctx)] == [{}, {}]
+        sriov.discover(ctx)  # said once, not at every discovery
+    said = [r for r in caplog.records if "link speed not reported" in r.getMessage()]
+    assert len(said) == 1 and said[0].link == "pf-nolink" and "--link-bandwidth" in said[0].msg
+    given = dataclasses.replace(ctx, link_bandwidth=10**10)
+    assert [d.capacity for d in sriov.discover(given)] == [{"bandwidth": Capacity("10G")}] * 2
+
+
+def test_the_operator_sets_the_bandwidth_of_links_without_a_speed(monkeypatch):
+    assert _settings(monkeypatch).link_bandwidth == 0
+    assert _settings(monkeypatch, "--link-bandwidth", "10G").link_bandwidth == 10**10
+    for bad in ("1500k", "fast", "20T"):
+        with pytest.raises(SystemExit, match="--link-bandwidth"):
+            _settings(monkeypatch, "--link-bandwidth", bad)
+
+
+def _whole_claim(requests: list[dict[str, Any]], request: str) -> dict[str, Any]:
+    result = {"request": request, "driver": "dra.example.com", "pool": "node-a", "device": "vf-x"}
+    claim = allocated_claim("c", [result], uid=UID, config=[opaque({"type": "netdev"})])
+    claim["spec"]["devices"]["requests"] = requests
+    return claim
+
+
+@pytest.mark.parametrize(
+    ("request_name", "requests"),
+    [
+        ("nic", [{"name": "nic", "exactly": {"capacity": {"requests": {"bandwidth": "2G"}}}}]),
+        (
+            "nic/vf",
+            [
+                {
+                    "name": "nic",
+                    "firstAvailable": [
+                        {"name": "fast", "capacity": {"requests": {"bandwidth": "9G"}}},
+                        {"name": "vf", "capacity": {"requests": {"bandwidth": "2G"}}},
+                    ],
+                }
+            ],
+        ),
+    ],
+)
+def test_what_a_whole_device_request_asked_for_is_read_from_the_claims_spec(request_name, requests):
+    claim = _whole_claim([{"name": "other", "exactly": {}}, *requests], request_name)
+    [device] = resolution.resolve(claim, ClaimRef("default", "c", UID), "dra.example.com").devices
+    assert device.consumed == {"bandwidth": "2G"}
+    # A shared device's consumedCapacity is what the scheduler gave: it wins.
+    claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"slots": "1"}
+    [device] = resolution.resolve(claim, ClaimRef("default", "c", UID), "dra.example.com").devices
+    assert device.consumed == {"slots": "1"}
+
+
+def test_a_vf_config_that_limits_the_rate_too_is_refused_naming_the_field(tmp_path):
+    _vf_node(tmp_path)
+    ctx = context(sysfs_root=tmp_path, sriov_pfs=("pf0",))
+    vf = sriov.discover(ctx)[0]
+    params = {"type": "netdev", "netdev": {"kind": "sriov-vf", "maxTxRate": 50}}
+    handler, req = request(params, device=vf, ctx=ctx, consumed={"bandwidth": "100M"})
+    with pytest.raises(ConfigError, match="maxTxRate and the request's capacity") as caught:
+        handler.validate(req)
+    assert caught.value.issues[0][0] == "$.netdev.maxTxRate"
