@@ -337,7 +337,7 @@ def test_values_reach_the_driver_as_its_settings(helm, tmp_path, monkeypatch):
             expected = tuple(value)
         elif key in NON_DEFAULT["hostPaths"]:
             expected = Path(value)
-        elif key in ("virtualBandwidth", "bandwidthStep", "linkBandwidth"):  # quantities, in bits per second
+        elif key in ("virtualBandwidth", "bandwidthStep", "linkBandwidth"):  # bits per second
             expected = quantity.parse(value)
         assert actual == expected, f"{key}: driver got {actual!r}, values say {value!r}"
 

@@ -1,7 +1,9 @@
 """Scenario 3c: bandwidth as consumable capacity. The node offers 200 Mbit/s on its
 virtual device; the real scheduler gives one pod 150M, keeps a 100M pod Pending with its
 reason, still places a pod that asks for no bandwidth, and places the 100M pod once the
-first is gone. The driver limits each claim's links to what the scheduler gave it."""
+first is gone. The driver limits each claim's links to what the scheduler gave it.
+A host NIC offers its link's speed: the scheduler places a request for less on it and
+keeps one for more Pending."""
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ from typing import Any
 
 import pytest
 
-from tests.support import hosttools
+from dradriver.state.recordstore import RecordStore
+from tests.support import hosttools, netns
 from tests.support.waiting import wait_for
 
 from .cluster import Cluster
 from .conftest import Node
 from .kubelet import results
 from .test_3_capacity import claim_pod, prepare_pod, unschedulable, veth_template
+from .test_3b_first_available import SPARE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.kind("veth")]
 
@@ -108,6 +112,50 @@ def test_the_scheduler_keeps_the_sum_of_bandwidth_within_the_node_and_it_is_enfo
     resp = d.unprepare([slow_claim, free_claim])
     assert {e.error for e in resp.claims.values()} == {""}
     assert node.tagged() == {}
+
+
+def nic_template(namespace: str, name: str, bandwidth: str) -> dict[str, Any]:
+    """One whole host NIC at least `bandwidth` fast."""
+    template = veth_template(namespace, name, device_class="network-devices")
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    request["exactly"]["capacity"] = {"requests": {"bandwidth": bandwidth}}
+    [config] = template["spec"]["spec"]["devices"]["config"]
+    config["opaque"]["parameters"]["netdev"]["kind"] = "host-device"
+    return template
+
+
+def test_a_host_nic_is_placed_only_for_a_request_its_link_can_carry(
+    cluster: Cluster, node: Node, kns: str
+) -> None:
+    netns.ip(node.ns, "link", "add", SPARE, "type", "veth", "peer", "name", "spare0p")
+    for name in (SPARE, "spare0p"):  # with carrier: a NIC without is tainted unhealthy
+        netns.ip(node.ns, "link", "set", name, "up")
+    d = node.start_driver("--parent-interfaces", SPARE)
+    published = wait_for(
+        "the host NIC with its bandwidth",
+        lambda: cluster.devices().get(f"nic-{SPARE}", {}).get("capacity"),
+    )
+    assert published == {"bandwidth": {"value": "10G"}}  # what the kernel says of a veth
+    cluster.apply(nic_template(kns, "too-fast", "20G"))
+    cluster.apply(nic_template(kns, "fits", "5G"))
+
+    cluster.apply(claim_pod(kns, "too-fast-app", "too-fast"))
+    pod = wait_for(
+        "too-fast-app to be unschedulable",
+        lambda: unschedulable(cluster, kns, "too-fast-app"),
+        log=lambda: cluster.scheduling_state(kns, "too-fast-app"),
+    )
+    cond = cluster.condition(pod, "PodScheduled")
+    assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
+
+    cluster.apply(claim_pod(kns, "fits-app", "fits"))
+    claim, _ = prepare_pod(cluster, d, cluster.wait_bound(kns, "fits-app"))
+    [given] = results(claim)
+    assert given["device"] == f"nic-{SPARE}" and "consumedCapacity" not in given
+    uid = claim["metadata"]["uid"]
+    record = RecordStore(d.state).load(uid)
+    assert record is not None and list(record.consumed.values()) == [{"bandwidth": "5G"}]
+    assert d.unprepare([claim]).claims[uid].error == ""
 
 
 def _claim(name: str, bandwidth: str, sub: bool = False, fallback: str = "") -> dict[str, Any]:
