@@ -44,7 +44,7 @@ from dradriver.selfcheck import check_allow_lists, check_pools, keep_reporting, 
 from dradriver.settings import Settings
 from dradriver.state.injection import AUTO
 from dradriver.state.ipamstore import IpamStore
-from dradriver.state.records import PREPARED, ClaimRecord
+from dradriver.state.records import ClaimRecord
 from dradriver.state.recordstore import RecordStore
 
 logger = logging.getLogger(__name__)
@@ -254,11 +254,7 @@ def start_up(
             loaded, settings.cdi_dir, settings.driver_name, preparer.lifecycle
         )
         if preparer.addresses is not None:
-            kept, _ = preparer.records.load_all()  # as reconciliation left them
-            unread = frozenset(preparer.records.claim_uids()) - {r.claim.uid for r in kept}
-            preparer.addresses.rebuild(
-                ((r.claim, r.configs) for r in kept if r.phase == PREPARED), keep=unread
-            )
+            preparer.addresses.rebuild_from(preparer.records)  # as reconciliation left them
         prepare_ahead(settings, preparer, prefetch, metrics)  # marks read under the lock
     return loaded, unusable, report
 

@@ -23,6 +23,8 @@ from dradriver.base.log import event
 from dradriver.contract import ipam
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.state.ipamstore import Holder, IpamStore, PoolState
+from dradriver.state.records import PREPARED
+from dradriver.state.recordstore import RecordStore
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +141,14 @@ class AddressBook:
             )
         return [b for b in (pool.block(i) for i in state.blocks) if b is not None]
 
-    def release(self, claim: str) -> None:
-        """Take back every address a claim holds (once its links are released)."""
+    def release(self, claim: str, configs: Mapping[str, Any] | None = None) -> None:
+        """Take back every address a claim holds (once its links are released): in the
+        pools its recorded `configs` (by device key) name, or in all without them."""
+        names = self.pools if configs is None else pools_named(configs.values())
         with self._mutex:
-            for name in self.pools:
+            for name in names:
+                if name not in self.pools:
+                    continue
                 state = self.store.load(name)
                 if any(h.claim == claim for h in state.addresses.values()):
                     state.addresses = {a: h for a, h in state.addresses.items() if h.claim != claim}
@@ -161,14 +167,13 @@ class AddressBook:
         by_pool: dict[str, dict[str, Holder]] = {name: {} for name in self.pools}
         for ref, configs in prepared:
             for key, config in configs.items():
-                spec = config.get(FIELD) if isinstance(config, Mapping) else None
-                if not isinstance(spec, Mapping) or spec.get("pool") not in by_pool:
+                names = [n for n in pools_named([config]) if n in by_pool]
+                if not names:
                     continue
+                name = names[0]
                 for cidr in config.get("ipAddresses") or ():
                     address = str(cidr).split("/")[0]
-                    by_pool[str(spec["pool"])][address] = Holder(
-                        ref.uid, key, ref.namespace, ref.name
-                    )
+                    by_pool[name][address] = Holder(ref.uid, key, ref.namespace, ref.name)
         for name, addresses in by_pool.items():
             with self._mutex:
                 broken = False
@@ -185,6 +190,13 @@ class AddressBook:
             for pool in self.pools.values():
                 if pool.scope == ipam.CLUSTER:
                     self._keeper.want(pool.name)
+
+    def rebuild_from(self, records: RecordStore) -> None:
+        """`rebuild` from the records as they are (after reconciliation): the prepared
+        ones' configs, and the file's entries of claims whose record cannot be read."""
+        kept, _ = records.load_all()
+        unread = frozenset(records.claim_uids()) - {r.claim.uid for r in kept}
+        self.rebuild(((r.claim, r.configs) for r in kept if r.phase == PREPARED), keep=unread)
 
     def set_blocks(self, pool: str, blocks: set[int]) -> None:
         """Record the blocks the node holds, as the API has them (under the lock)."""
@@ -209,6 +221,16 @@ class AddressBook:
         within = [b for b in (pool.block(i) for i in state.blocks) if b is not None]
         free = ipam.free(pool, within, set(state.addresses), pool.block_size // 2)
         return len(free) < pool.block_size // 2
+
+
+def pools_named(configs: Iterable[object]) -> list[str]:
+    """The pools device configs (as prepared: their `ipam` kept) took addresses of."""
+    names = []
+    for config in configs:
+        spec = config.get(FIELD) if isinstance(config, Mapping) else None
+        if isinstance(spec, Mapping) and isinstance(spec.get("pool"), str):
+            names.append(spec["pool"])
+    return names
 
 
 class BlockKeeper:

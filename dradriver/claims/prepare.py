@@ -455,7 +455,7 @@ class Preparer:
         self.lifecycle.release(record)
         self.ahead.released(ref.uid, self.records)
         if self.addresses is not None:  # after the links: the address left with them
-            self.addresses.release(ref.uid)
+            self.addresses.release(ref.uid, record.configs)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if record.phase == PREPARED:
             self._count(-1)

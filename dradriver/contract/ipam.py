@@ -30,7 +30,9 @@ MAX_RANGES = 16
 MAX_BLOCKS = 65536  # per pool: what a node looks through to find a free block
 MAX_COUNT = 8  # addresses one claim may take from a pool
 DEFAULT_BLOCK = 16
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?")
+# A pool's name: the driver's check, the config schema's and the chart's values schema's.
+NAME_PATTERN = "^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$"
+_NAME = re.compile(NAME_PATTERN)
 
 
 class PoolError(ValueError):

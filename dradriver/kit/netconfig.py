@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import ifrules, macs
+from dradriver.contract import ifrules, ipam, macs
 from dradriver.contract.hookspecs import (
     NEEDS_NRI,
     NRI,
@@ -150,7 +150,7 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "properties": {
             "pool": {
                 "type": "string",
-                "pattern": "^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$",
+                "pattern": ipam.NAME_PATTERN,
                 "description": "the name of an address pool the operator defined",
             },
             "count": {"type": "integer", "minimum": 1, "maximum": 8, "default": 1},

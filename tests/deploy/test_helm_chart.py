@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from dradriver import settings as settings_mod
-from dradriver.contract import quantity
+from dradriver.contract import ipam, quantity
 from tests.deploy import cel
 from tests.deploy.support import (
     DEPLOY,
@@ -275,6 +275,9 @@ def test_pools_reach_the_driver(helm, tmp_path, monkeypatch):
     ]
     assert by_kind(render(helm), "Role") == []  # no pools: no Role, no variable
     assert "DRA_IPAM_POOLS" not in env_of(render(helm))
+    schema = json.loads((DEPLOY / "helm" / "dra-driver" / "values.schema.json").read_text())
+    pool = schema["properties"]["ipam"]["properties"]["pools"]["items"]["properties"]
+    assert pool["name"]["pattern"] == ipam.NAME_PATTERN  # the chart refuses what the driver does
     bad = refused(helm, "--set-json", 'ipam.pools=[{"name": "x", "ranges": [], "scope": "zone"}]')
     assert "ipam/pools/0" in bad
 

@@ -25,7 +25,6 @@ from dradriver.kernel import netlink
 from dradriver.kernel.netlink import Route
 from dradriver.state import atomicfile, cdi, ipamstore, metadata, recordstore
 from dradriver.state.ipamstore import IpamStore
-from dradriver.state.records import PREPARED
 from dradriver.state.recordstore import RecordStore
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
 from tests.support.fakekernel import FakeKernel, Steps
@@ -113,12 +112,8 @@ class Node:
         loaded, corrupt = preparer.records.load_all()
         assert corrupt == []
         reconcile.reconcile(loaded, self.cdi_dir, DRIVER, preparer.lifecycle)
-        kept, _ = preparer.records.load_all()  # then the pools, as dradriver.daemon.start_up
-        assert preparer.addresses is not None
-        unread = frozenset(preparer.records.claim_uids()) - {r.claim.uid for r in kept}
-        preparer.addresses.rebuild(
-            ((r.claim, r.configs) for r in kept if r.phase == PREPARED), keep=unread
-        )
+        assert preparer.addresses is not None  # then the pools, as dradriver.daemon.start_up
+        preparer.addresses.rebuild_from(preparer.records)
         return preparer
 
     def files(self) -> list[str]:

@@ -18,6 +18,7 @@ import pytest
 from dradriver import settings
 from dradriver.apiserver.ipamblocks import Blocks, lease_name
 from dradriver.apiserver.kubeapi import ApiError
+from dradriver.base.errors import DriverError
 from dradriver.claims.ipam import AddressBook
 from dradriver.contract import ipam
 from dradriver.contract.hookspecs import ClaimRef
@@ -318,3 +319,20 @@ def test_a_pool_file_that_cannot_be_read_fails_the_prepare_and_start_rebuilds_it
     other = _add(node, {"ipam": {"pool": "pods"}})
     assert prepare_one_ref(node.start() and node, other) is None
     assert _addresses(node) == {"198.51.100.131": other.name}
+
+
+def test_an_unprepare_reads_only_the_pools_its_claim_took_addresses_of(tmp_path):
+    """Claims without pool addresses (most) cost an unprepare no pool file read."""
+    pools = [
+        _pool(f'{{"name": "{n}", "ranges": ["10.5{i}.0.0/24"], "scope": "node"}}')
+        for i, n in enumerate(("data", "other"))
+    ]
+    book = AddressBook(pools, IpamStore(tmp_path))
+    ref = ClaimRef("default", "c", str(uuid.uuid4()))
+    config = book.assign(ref, "k", {"ipam": {"pool": "data"}}, "$.netdev")
+    (tmp_path / "ipam" / "other.json").write_text("{torn")  # read: an error
+    book.release(str(uuid.uuid4()), {"k": {"ipAddresses": ["10.50.0.9/24"]}})  # no pool
+    book.release(ref.uid, {"k": config})
+    assert IpamStore(tmp_path).load("data").addresses == {}
+    with pytest.raises(DriverError, match=r"other\.json"):
+        book.release(ref.uid)  # no record: every pool is looked at
