@@ -108,7 +108,11 @@ class AddressBook:
         self, pool: ipam.Pool, state: PoolState, ref: ClaimRef, key: str, count: int, path: str
     ) -> list[str]:
         within = pool.ranges if pool.scope == ipam.NODE else self._blocks(pool, state, path)
-        chosen = ipam.free(pool, within, set(state.addresses), count)
+        room = (
+            pool.block_size // 2 if self._keeper is not None and pool.scope == ipam.CLUSTER else 0
+        )
+        found = ipam.free(pool, within, set(state.addresses), count + room)  # one search
+        chosen = found[:count]
         if len(chosen) < count:
             if self._keeper is not None and pool.scope == ipam.CLUSTER:
                 self._keeper.want(pool.name)
@@ -125,12 +129,8 @@ class AddressBook:
         for address in taken:
             state.addresses[address] = holder
         self.store.save(state)
-        if self._keeper is not None and pool.scope == ipam.CLUSTER:
-            left = sum(
-                1 for _ in ipam.free(pool, within, set(state.addresses), pool.block_size // 2)
-            )
-            if left < pool.block_size // 2:
-                self._keeper.want(pool.name)  # room for the next claims, taken off the call
+        if self._keeper is not None and len(found) - count < room:
+            self._keeper.want(pool.name)  # room for the next claims, taken off the call
         return taken
 
     def _blocks(self, pool: ipam.Pool, state: PoolState, path: str) -> list[ipam.Network]:

@@ -98,6 +98,19 @@ def unschedulable(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None
     return None
 
 
+def wait_no_fit(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    """Wait until the scheduler finds no node for pod `name` because of its claims, and
+    return the pod (its PodScheduled message says so)."""
+    pod = wait_for(
+        f"{name} to be unschedulable",
+        lambda: unschedulable(cluster, ns, name),
+        log=lambda: cluster.scheduling_state(ns, name),
+    )
+    cond = cluster.condition(pod, "PodScheduled")
+    assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
+    return pod
+
+
 def test_four_pods_share_the_virtual_device_and_a_fifth_waits(
     cluster: Cluster, node: Node, kns: str
 ) -> None:
@@ -145,14 +158,8 @@ def test_four_pods_share_the_virtual_device_and_a_fifth_waits(
 
     # The device is full: a fifth pod is not scheduled.
     cluster.apply(claim_pod(kns, "app-late"))
-    pod = wait_for(
-        "app-late to be unschedulable",
-        lambda: unschedulable(cluster, kns, "app-late"),
-        log=lambda: cluster.scheduling_state(kns, "app-late"),
-    )
+    pod = wait_no_fit(cluster, kns, "app-late")
     assert not pod["spec"].get("nodeName")
-    cond = cluster.condition(pod, "PodScheduled")
-    assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
     [late_claim] = cluster.pod_claim_names(pod)
     assert not cluster.claim(kns, late_claim).get("status", {}).get("allocation")
 

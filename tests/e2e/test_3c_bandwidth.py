@@ -19,7 +19,7 @@ from tests.support.waiting import wait_for
 from .cluster import Cluster
 from .conftest import Node
 from .kubelet import results
-from .test_3_capacity import claim_pod, prepare_pod, unschedulable, veth_template
+from .test_3_capacity import claim_pod, prepare_pod, veth_template, wait_no_fit
 from .test_3b_first_available import SPARE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.kind("veth")]
@@ -82,13 +82,7 @@ def test_the_scheduler_keeps_the_sum_of_bandwidth_within_the_node_and_it_is_enfo
 
     # 150M + 100M > 200M: the scheduler says so, and the pod waits.
     cluster.apply(claim_pod(kns, "slow-app", "slow"))
-    pod = wait_for(
-        "slow-app to be unschedulable",
-        lambda: unschedulable(cluster, kns, "slow-app"),
-        log=lambda: cluster.scheduling_state(kns, "slow-app"),
-    )
-    cond = cluster.condition(pod, "PodScheduled")
-    assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
+    wait_no_fit(cluster, kns, "slow-app")
 
     # A claim that asks for no bandwidth takes none, and is not limited.
     cluster.apply(claim_pod(kns, "free-app", "free"))
@@ -140,13 +134,7 @@ def test_a_host_nic_is_placed_only_for_a_request_its_link_can_carry(
     cluster.apply(nic_template(kns, "fits", "5G"))
 
     cluster.apply(claim_pod(kns, "too-fast-app", "too-fast"))
-    pod = wait_for(
-        "too-fast-app to be unschedulable",
-        lambda: unschedulable(cluster, kns, "too-fast-app"),
-        log=lambda: cluster.scheduling_state(kns, "too-fast-app"),
-    )
-    cond = cluster.condition(pod, "PodScheduled")
-    assert cond is not None and "cannot allocate all claims" in cond.get("message", ""), cond
+    wait_no_fit(cluster, kns, "too-fast-app")
 
     cluster.apply(claim_pod(kns, "fits-app", "fits"))
     claim, _ = prepare_pod(cluster, d, cluster.wait_bound(kns, "fits-app"))

@@ -479,13 +479,19 @@ def _stopped(pid: int) -> None:
         time.sleep(0.001)
 
 
+def _one_vf(pf: str) -> tuple[str, str, dict[str, Any], tuple[int, str, bool, list[str]]]:
+    """Give `pf` one VF: its netdev, its published device name, and how the PF and the
+    node see it before a test."""
+    [vf] = pcinics.set_numvfs(pf, 1)
+    device = naming.published_device_name("vf", pcinics.pci_of(vf))
+    return vf, device, _vf_view(pf, 0), _host_view(vf)
+
+
 @pytest.mark.kind("sriov-vf")
 @pytest.mark.kernel("igb-sriov")
 def test_a_driver_killed_after_the_pf_side_settings_restores_them_at_restart(igb, node_driver):
     fake, start = node_driver
-    [vf] = pcinics.set_numvfs(igb, 1)
-    before, host_before = _vf_view(igb, 0), _host_view(vf)
-    device = naming.published_device_name("vf", pcinics.pci_of(vf))
+    vf, device, before, host_before = _one_vf(igb)
     flags = ("--sriov-pfs", igb, "--claim-address-ranges", "10.30.0.0/24")
     d = start(*flags)
     for attempt in range(5):
@@ -553,9 +559,7 @@ def test_the_driver_republishes_its_slice_when_sriov_numvfs_changes(igb, node_dr
 @pytest.mark.kernel("igb-sriov")
 def test_a_vf_claim_is_limited_to_the_bandwidth_it_requested(igb, node_driver):
     fake, start = node_driver
-    [vf] = pcinics.set_numvfs(igb, 1)
-    before, host_before = _vf_view(igb, 0), _host_view(vf)
-    device = naming.published_device_name("vf", pcinics.pci_of(vf))
+    vf, device, before, host_before = _one_vf(igb)
     d = start("--sriov-pfs", igb)
 
     def published() -> list[dict[str, Any]]:
