@@ -30,7 +30,7 @@ def _device(
     nd = {k: v for k, v in (device.network_data or {}).items() if v}
     if nd:
         out["networkData"] = nd
-    if consumed:  # what it was given of a shared device's capacities (its bandwidth)
+    if consumed:  # what the request takes of the device's capacities (its bandwidth)
         out["consumedCapacity"] = consumed
     return out
 

@@ -154,6 +154,31 @@ class AddressBook:
                     state.addresses = {a: h for a, h in state.addresses.items() if h.claim != claim}
                     self.store.save(state)
 
+    def retain(self, claim: str, configs: Mapping[str, Any]) -> None:
+        """Take back what a claim prepared again holds beyond its new `configs` (by
+        device key): an earlier preparation's addresses of a device or pool it no longer
+        has. A pool file that cannot be read is logged and left to the next start."""
+        kept = {
+            (name, key, str(cidr).split("/")[0])
+            for key, config in configs.items()
+            for name in pools_named([config])
+            for cidr in config.get("ipAddresses") or ()
+        }
+        with self._mutex:
+            for name in self.pools:
+                try:
+                    state = self.store.load(name)
+                except DriverError as exc:
+                    event(log, logging.WARNING, "ipam pool not tidied", pool=name, error=exc)
+                    continue
+                mine = {
+                    a: h for a, h in state.addresses.items()
+                    if h.claim == claim and (name, h.key, a) not in kept
+                }  # fmt: skip
+                if mine:
+                    state.addresses = {a: h for a, h in state.addresses.items() if a not in mine}
+                    self.store.save(state)
+
     def rebuild(
         self,
         prepared: Iterable[tuple[ClaimRef, Mapping[str, Mapping[str, Any]]]],
@@ -224,12 +249,14 @@ class AddressBook:
 
 
 def pools_named(configs: Iterable[object]) -> list[str]:
-    """The pools device configs (as prepared: their `ipam` kept) took addresses of."""
-    names = []
+    """The pools device configs (as prepared: their `ipam` kept) took addresses of, each
+    once."""
+    names: list[str] = []
     for config in configs:
         spec = config.get(FIELD) if isinstance(config, Mapping) else None
-        if isinstance(spec, Mapping) and isinstance(spec.get("pool"), str):
-            names.append(spec["pool"])
+        pool = spec.get("pool") if isinstance(spec, Mapping) else None
+        if isinstance(pool, str) and pool not in names:
+            names.append(pool)
     return names
 
 

@@ -316,6 +316,7 @@ class Preparer:
             self.lifecycle.roll_back(record)
             if ahead_for is None:  # an interrupted prepare ahead: its mark goes with it
                 self.ahead.released(ref.uid, self.records)
+        again = record is not None  # a preparation before this one may hold addresses
         try:  # pool addresses handed out while planning go back if the prepare fails
             with phase("plan"):
                 resolved = resolution.resolve(claim(), ref, self.context.driver_name)
@@ -335,19 +336,26 @@ class Preparer:
                 ref, plans, resolved.pod_uids, pod_claim=resolved.pod_claim
             )
         except BaseException:
-            if ahead_for is not None:
-                self.ahead.released(ref.uid, self.records)
-            if self.addresses is not None:
-                self.addresses.release(ref.uid)
+            self._forget(ref, ahead_for)
             raise
         if ahead_for is None:  # the mark of a prepare ahead cut short before its journal
             self.ahead.hand_over(ref.uid, self.records, count=False)
         # Committed: nothing below may turn this prepare into a failure.
+        if again and self.addresses is not None:
+            self.addresses.retain(ref.uid, record.configs)
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
             self.status.submit(record)
         self._count(+1)
         return record.answer()
+
+    def _forget(self, ref: ClaimRef, ahead_for: str | None) -> None:
+        """After a prepare failed before its commit: its mark of a prepare ahead, and
+        the pool addresses it was handed, go."""
+        if ahead_for is not None:
+            self.ahead.released(ref.uid, self.records)
+        if self.addresses is not None:
+            self.addresses.release(ref.uid)
 
     def _reserve(
         self,
@@ -455,7 +463,9 @@ class Preparer:
         self.lifecycle.release(record)
         self.ahead.released(ref.uid, self.records)
         if self.addresses is not None:  # after the links: the address left with them
-            self.addresses.release(ref.uid, record.configs)
+            # A prepare cut short recorded no configs yet: its addresses may be anywhere.
+            prepared = record.configs if record.phase == PREPARED else None
+            self.addresses.release(ref.uid, prepared)
         event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
         if record.phase == PREPARED:
             self._count(-1)

@@ -24,6 +24,7 @@ KIND = "sriov-vf"
 _UNSET = 2**32 - 1  # what a PF reports for a VF setting it does not support
 _LINK_STATES = ("auto", "enable", "disable")
 MAC_RETRY_SECONDS = 3.0
+_RATES = ("minTxRate", "maxTxRate")  # Mb/s; maxTxRate also from a bandwidth request
 # The VF settings a config sets through the PF, each applied (and refused) on its own, in
 # this order: config keys -> the VfSettings fields one request carries.
 _GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
@@ -32,7 +33,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("spoofchk",), ("spoofchk",)),
     (("trust",), ("trust",)),
     (("linkState",), ("link_state",)),
-    (("minTxRate", "maxTxRate"), ("min_tx_rate", "max_tx_rate")),
+    (_RATES, ("min_tx_rate", "max_tx_rate")),
 )
 # The config key each VF setting comes from.
 _KEY_OF = {f: k for keys, fields in _GROUPS for k, f in zip(keys, fields, strict=True)}
@@ -264,8 +265,9 @@ class SriovVfHandler:
             for keys, fields in wanted:
                 group = {f: _value(config, f, current) for f in fields}
                 given = [k for k in keys if k in config]
-                told = ", ".join(f"{k}={config[k]}" for k in given)
-                field = _field(req, given[0])
+                told = ", ".join(f"{k}={config[k]}{_source(req, k)}" for k in given)
+                derived = keys == _RATES and _source(req, "maxTxRate")
+                field = shaping.FIELD if derived else f"{netconfig.NETDEV_PATH}.{given[0]}"
                 what = f"{field}: PF {pf_name} refused {told} for VF {index}"
                 netlink.set_vf(pf, index, what, netlink.VfSettings(**group))
             if own_mac and cfg.mac:  # cfg.mac for the type checker
@@ -305,17 +307,18 @@ def _settings(req: DeviceRequest) -> Mapping[str, Any]:
     if "maxTxRate" in req.config:
         raise ConfigError(
             f"maxTxRate and the request's {shaping.FIELD} ({rate} Mb/s) both limit the "
-            "VF: leave maxTxRate out",
+            "VF: leave maxTxRate out of the claim's config and its DeviceClass's",
             f"{netconfig.NETDEV_PATH}.maxTxRate",
         )
     return {**req.config, "maxTxRate": rate}
 
 
-def _field(req: DeviceRequest, key: str) -> str:
-    """Where the user wrote VF setting `key`: the config, or the request's bandwidth."""
-    if key == "maxTxRate" and "maxTxRate" not in req.config:
-        return shaping.FIELD
-    return f"{netconfig.NETDEV_PATH}.{key}"
+def _source(req: DeviceRequest, key: str) -> str:
+    """` (from capacity.requests.bandwidth)` for the maxTxRate the request's bandwidth
+    sets, "" for what the config says."""
+    if key == "maxTxRate" and "maxTxRate" not in req.config and shaping.megabits(req):
+        return f" (from {shaping.FIELD})"
+    return ""
 
 
 def _wanted(config: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:

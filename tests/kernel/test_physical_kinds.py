@@ -228,7 +228,8 @@ def test_a_vf_bandwidth_the_pf_refuses_names_the_request_and_changes_nothing(sri
     before = netns.ip(host, "-o", "link")
     with pytest.raises(
         DriverError,
-        match=r"capacity\.requests\.bandwidth: PF pf0 refused maxTxRate=101 for VF 1",
+        match=r"capacity\.requests\.bandwidth: PF pf0 refused maxTxRate=101 "
+        r"\(from capacity\.requests\.bandwidth\) for VF 1",
     ):  # 100.5 Mbit/s: whole Mb/s, rounded up
         prepare(
             {"type": "netdev", "netdev": {"kind": "sriov-vf"}},

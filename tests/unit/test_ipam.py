@@ -336,3 +336,20 @@ def test_an_unprepare_reads_only_the_pools_its_claim_took_addresses_of(tmp_path)
     assert IpamStore(tmp_path).load("data").addresses == {}
     with pytest.raises(DriverError, match=r"other\.json"):
         book.release(ref.uid)  # no record: every pool is looked at
+
+
+def test_a_claim_prepared_again_keeps_only_what_its_new_configs_hold(tmp_path):
+    """An earlier preparation's address of a device (key) the claim no longer has goes;
+    the new one's, and other claims', stay."""
+    book = AddressBook([_pool('{"name": "data", "ranges": ["10.50.0.0/24"], "scope": "node"}')],
+                       IpamStore(tmp_path))  # fmt: skip
+    ref, other = (ClaimRef("default", n, str(uuid.uuid4())) for n in ("c", "d"))
+    book.assign(ref, "old-key", {"ipam": {"pool": "data"}}, "$.netdev")
+    new = book.assign(ref, "new-key", {"ipam": {"pool": "data"}}, "$.netdev")
+    book.assign(other, "old-key", {"ipam": {"pool": "data"}}, "$.netdev")
+    book.retain(ref.uid, {"new-key": new})
+    held = IpamStore(tmp_path).load("data").addresses
+    assert sorted((h.claim, h.key) for h in held.values()) == sorted(
+        [(ref.uid, "new-key"), (other.uid, "old-key")]
+    )
+    assert new["ipAddresses"] == [f"{a}/24" for a, h in held.items() if h.claim == ref.uid]

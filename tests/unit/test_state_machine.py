@@ -118,6 +118,28 @@ def test_a_crash_at_any_step_is_repaired_at_start(node, kind, reference):
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
+def test_a_prepare_killed_at_any_step_is_undone_by_the_other_instances_unprepare(
+    node, kind, reference
+):
+    """A rolling update: the old instance dies mid-prepare, and the new one, running all
+    along (no start-up in between), is the one the kubelet asks to unprepare."""
+    _, steps, _ = reference(kind)
+    before = node.links()
+    for step in range(1, steps + 1):
+        node.steps.crash_at = node.steps.count + step
+        with pytest.raises(Crash):
+            prepare_one(node.preparer())
+        node.steps.crash_at = None
+        image = node.steps.image
+        assert image is not None
+        node.kernel.table = image.table
+        restore(node.steps.dirs, image.files)
+        assert unprepare_one(node.preparer()).error is None, step
+        assert node.links() == before, (step, node.steps.log[-steps:])
+        assert node.files() == [], (step, node.steps.log[-steps:])
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
 def test_a_crash_at_any_step_of_unprepare_is_finished_by_the_next_one(node, kind, reference):
     expected, _, _ = reference(kind)
     before = node.links()
