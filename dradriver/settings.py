@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dradriver.contract import ipam, iprules, macs, naming, quantity
+from dradriver.contract.hookspecs import AUTO_BANDWIDTH
 from dradriver.state import injection
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
@@ -103,8 +104,9 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "--virtual-bandwidth",
         "virtual_bandwidth",
         "",
-        "bandwidth capacity of netdev-virtual in bits per second (e.g. 10G): what the rate "
-        "limits of veth claims share (default none: no capacity, no limits)",
+        "bandwidth capacity of netdev-virtual in bits per second (e.g. 10G), or auto (the "
+        "link speed of the interface holding the default route): what the rate limits of "
+        "veth claims share (default none: no capacity, no limits)",
     )
     flag(
         "--bandwidth-step",
@@ -400,9 +402,14 @@ MAX_BANDWIDTH = 10**13  # 10 Tbit/s
 
 
 def _bandwidth(total: str, step: str) -> tuple[int, int]:
-    """--virtual-bandwidth and --bandwidth-step in bits per second, checked."""
+    """--virtual-bandwidth and --bandwidth-step in bits per second, checked (`auto`:
+    AUTO_BANDWIDTH, the uplink's speed, found at each discovery)."""
+    auto = str(total) == "auto"
     values = []
-    for name, text in (("--virtual-bandwidth", total or "0"), ("--bandwidth-step", step)):
+    for name, text in (
+        ("--virtual-bandwidth", "0" if auto else total or "0"),
+        ("--bandwidth-step", step),
+    ):
         try:
             values.append(quantity.parse(str(text)))
         except ValueError as exc:
@@ -410,6 +417,8 @@ def _bandwidth(total: str, step: str) -> tuple[int, int]:
     bits, unit = values
     if not MIN_BANDWIDTH_STEP <= unit <= MAX_BANDWIDTH:
         raise SystemExit(f"--bandwidth-step must be 1k to 10T bits per second, got {step}")
+    if auto:
+        return AUTO_BANDWIDTH, unit
     if bits and not unit <= bits <= MAX_BANDWIDTH:
         raise SystemExit(f"--virtual-bandwidth must be {step} to 10T bits per second, got {total}")
     if bits % unit:

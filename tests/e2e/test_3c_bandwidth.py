@@ -212,3 +212,21 @@ def test_a_bandwidth_request_no_node_offers_or_off_the_step_is_refused_at_creati
         ]
         for claim in fine:
             assert cluster.refusal(kns, claim) is None, claim["metadata"]["name"]
+
+
+def test_with_auto_bandwidth_the_policy_checks_only_the_step(cluster: Cluster, kns: str) -> None:
+    """Each node offers its uplink's speed, which the chart cannot know: a request is
+    refused for being off the step, or beyond what any node could have (10T)."""
+    with cluster.chart_policy(
+        "bandwidth-policy.yaml",
+        "--set", "settings.virtualBandwidth=auto",
+        "--set", "settings.bandwidthStep=10M",
+    ) as policy:  # fmt: skip
+        wait_for(
+            f"{policy} to be enforced",
+            lambda: cluster.refusal(kns, _claim("probe", "15M")) is not None,
+            30,
+        )
+        assert "5M is not a multiple of 10M" in (cluster.refusal(kns, _claim("odd", "5M")) or "")
+        assert "is more than the 10T" in (cluster.refusal(kns, _claim("huge", "20T")) or "")
+        assert cluster.refusal(kns, _claim("fast", "40G")) is None
