@@ -35,13 +35,14 @@ from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import CDI, NRI, HandlerContext
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel.linkreaper import LinkReaper
+from dradriver.kit import shaping
 from dradriver.kubelet.readiness import ReadyFile
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
 from dradriver.nri import NriPlugin
 from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.selfcheck import check_allow_lists, check_pools, keep_reporting, reporter_for
-from dradriver.settings import Settings
+from dradriver.settings import AUTO_BANDWIDTH, Settings
 from dradriver.state.injection import AUTO
 from dradriver.state.ipamstore import IpamStore
 from dradriver.state.records import ClaimRecord
@@ -76,13 +77,33 @@ def context_of(settings: Settings, api_server: str | None = None) -> HandlerCont
         multus_resource_name=settings.multus_resource_name,
         dev_root=settings.dev_root,
         virtual_slots=settings.virtual_slots,
-        virtual_bandwidth=settings.virtual_bandwidth,
+        virtual_bandwidth=_virtual_bandwidth(settings),
         bandwidth_step=settings.bandwidth_step,
         link_bandwidth=settings.link_bandwidth,
         owner=naming.owner_id(settings.driver_name, os.path.realpath(settings.state_dir)),
         claim_address_ranges=settings.claim_address_ranges,
         protected_addresses=_api_server_address(api_server),
     )
+
+
+def _virtual_bandwidth(settings: Settings) -> int:
+    """--virtual-bandwidth in bits per second; `auto`: the uplink's speed now, kept
+    while the driver runs (a figure that fell would leave allocated shares beyond it)."""
+    if settings.virtual_bandwidth != AUTO_BANDWIDTH:
+        return settings.virtual_bandwidth
+    bits = shaping.uplink_bandwidth(settings.sysfs_root, settings.bandwidth_step)
+    if bits:
+        event(logger, logging.INFO, "virtual bandwidth from the uplink", bits=bits)
+    else:
+        event(
+            logger,
+            logging.WARNING,
+            "--virtual-bandwidth auto: no interface holding the default route reports a "
+            "link speed of at least --bandwidth-step: the virtual device offers no "
+            "bandwidth; set a figure (chart: settings.virtualBandwidth), or restart the "
+            "driver once the uplink has its link",
+        )
+    return bits
 
 
 def _api_server_address(url: str | None) -> tuple[tuple[str, str], ...]:

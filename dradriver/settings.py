@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dradriver.contract import ipam, iprules, macs, naming, quantity
-from dradriver.contract.hookspecs import AUTO_BANDWIDTH
 from dradriver.state import injection
 
 DEFAULT_DRIVER_NAME = "dra.example.com"
@@ -41,7 +40,7 @@ class Settings:
     pod_name: str | None = None
     pod_namespace: str | None = None
     virtual_slots: int = 128
-    virtual_bandwidth: int = 0  # bits per second; 0: no bandwidth capacity
+    virtual_bandwidth: int = 0  # bits per second; 0: none; AUTO_BANDWIDTH: the uplink's
     bandwidth_step: int = 1_000_000
     link_bandwidth: int = 0
     ipam_pools: tuple[ipam.Pool, ...] = ()
@@ -105,8 +104,8 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "virtual_bandwidth",
         "",
         "bandwidth capacity of netdev-virtual in bits per second (e.g. 10G), or auto (the "
-        "link speed of the interface holding the default route): what the rate limits of "
-        "veth claims share (default none: no capacity, no limits)",
+        "link speed of the interface holding the default route when the driver starts): "
+        "what the rate limits of veth claims share (default none: no capacity, no limits)",
     )
     flag(
         "--bandwidth-step",
@@ -397,13 +396,14 @@ def split_list(value: object) -> tuple[str, ...]:
     return tuple(p.strip() for p in str(value or "").split(",") if p.strip())
 
 
+AUTO_BANDWIDTH = -1  # --virtual-bandwidth auto: the uplink's link speed, read at start
 MIN_BANDWIDTH_STEP = 1000  # bits per second: a token bucket needs whole bytes
 MAX_BANDWIDTH = 10**13  # 10 Tbit/s
 
 
 def _bandwidth(total: str, step: str) -> tuple[int, int]:
     """--virtual-bandwidth and --bandwidth-step in bits per second, checked (`auto`:
-    AUTO_BANDWIDTH, the uplink's speed, found at each discovery)."""
+    AUTO_BANDWIDTH, the uplink's speed, which the daemon reads at start)."""
     auto = str(total) == "auto"
     values = []
     for name, text in (

@@ -168,16 +168,17 @@ class AddressBook:
             for name in self.pools:
                 try:
                     state = self.store.load(name)
-                except DriverError as exc:
+                    mine = {
+                        a for a, h in state.addresses.items()
+                        if h.claim == claim and (name, h.key, a) not in kept
+                    }  # fmt: skip
+                    if mine:
+                        state.addresses = {
+                            a: h for a, h in state.addresses.items() if a not in mine
+                        }
+                        self.store.save(state)
+                except (DriverError, OSError) as exc:  # the claim is prepared: never fails it
                     event(log, logging.WARNING, "ipam pool not tidied", pool=name, error=exc)
-                    continue
-                mine = {
-                    a: h for a, h in state.addresses.items()
-                    if h.claim == claim and (name, h.key, a) not in kept
-                }  # fmt: skip
-                if mine:
-                    state.addresses = {a: h for a, h in state.addresses.items() if a not in mine}
-                    self.store.save(state)
 
     def rebuild(
         self,

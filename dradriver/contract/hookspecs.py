@@ -99,9 +99,6 @@ class Device:
         return str(self.attributes.get(ATTR_KIND, ""))
 
 
-AUTO_BANDWIDTH = -1  # virtual_bandwidth: what the node's uplink's link speed is
-
-
 @dataclass(frozen=True)
 class HandlerContext:
     """Node facts and operator settings a handler may need.
@@ -118,8 +115,7 @@ class HandlerContext:
     `protected_addresses`: (address, what it is) no claim may take besides the node's
     own addresses and gateways, e.g. the API server's.
     `virtual_bandwidth`: the bits per second the virtual device offers as its
-    `bandwidth` capacity (0: none; AUTO_BANDWIDTH: its uplink's link speed), shared out
-    in multiples of `bandwidth_step`.
+    `bandwidth` capacity (0: none), shared out in multiples of `bandwidth_step`.
     `link_bandwidth`: the bits per second a host NIC, or the VFs of a PF, offer as
     `bandwidth` when the kernel reports no link speed (0: none).
     """

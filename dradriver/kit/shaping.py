@@ -19,11 +19,12 @@ PF), a host NIC is the claim's whole link.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from dradriver.base.errors import ClaimError
 from dradriver.base.log import event
 from dradriver.contract import quantity
-from dradriver.contract.hookspecs import AUTO_BANDWIDTH, Capacity, DeviceRequest, HandlerContext
+from dradriver.contract.hookspecs import Capacity, DeviceRequest, HandlerContext
 from dradriver.kernel import netlink
 from dradriver.kit import hostif, links, sysfs
 
@@ -35,32 +36,24 @@ log = logging.getLogger(__name__)
 _UNREPORTED: set[str] = set()  # links already logged as offering no bandwidth
 
 
-def capacity(context: HandlerContext) -> Capacity | None:
-    """The `bandwidth` capacity of the virtual device (None: none): requests that do
+def capacity(context: HandlerContext) -> Capacity:
+    """The `bandwidth` capacity the operator gives the virtual device: requests that do
     not ask take none (and are not limited); the others take multiples of the step."""
-    bits = context.virtual_bandwidth
-    if bits == AUTO_BANDWIDTH:
-        bits = _uplink(context)
-    if bits <= 0:
-        return None
     return Capacity(
-        quantity.render(bits),
+        quantity.render(context.virtual_bandwidth),
         default="0",
         minimum="0",
         step=quantity.render(context.bandwidth_step),
     )
 
 
-def _uplink(context: HandlerContext) -> int:
+def uplink_bandwidth(sysfs_root: Path, step: int) -> int:
     """The link speed of the node's uplink (the slowest interface holding a default
-    route) in whole steps; 0 where none reports a speed (logged once)."""
-    fs = sysfs.Sysfs(context.sysfs_root)
+    route) in bits per second, down to a whole `step`; 0 where none reports a speed."""
+    fs = sysfs.Sysfs(sysfs_root)
     speeds = [s for s in map(fs.link_speed, sorted(hostif.primary_interfaces())) if s]
-    if not speeds:
-        _unreported("default route", "--virtual-bandwidth auto needs it; set a figure")
-        return 0
-    bits = min(speeds) * MEGABIT
-    return bits - bits % context.bandwidth_step
+    bits = min(speeds) * MEGABIT if speeds else 0
+    return bits - bits % step
 
 
 def link_capacity(
@@ -71,15 +64,16 @@ def link_capacity(
     bits = speed_mbps * MEGABIT if speed_mbps else context.link_bandwidth
     if bits:
         return {BANDWIDTH: Capacity(quantity.render(bits))}
-    _unreported(link, "its devices offer none until the operator sets --link-bandwidth")
-    return {}
-
-
-def _unreported(link: str, what: str) -> None:
-    """Say once per link that the kernel reports no speed for it, and `what` follows."""
     if link not in _UNREPORTED:
         _UNREPORTED.add(link)
-        event(log, logging.WARNING, f"link speed not reported: no bandwidth: {what}", link=link)
+        event(
+            log,
+            logging.WARNING,
+            "link speed not reported: its devices offer no bandwidth until the operator "
+            "sets --link-bandwidth (chart: settings.linkBandwidth)",
+            link=link,
+        )
+    return {}
 
 
 def allocated(req: DeviceRequest) -> int:

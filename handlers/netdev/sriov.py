@@ -266,7 +266,7 @@ class SriovVfHandler:
                 group = {f: _value(config, f, current) for f in fields}
                 given = [k for k in keys if k in config]
                 told = ", ".join(f"{k}={config[k]}{_source(req, k)}" for k in given)
-                derived = keys == _RATES and _source(req, "maxTxRate")
+                derived = given == ["maxTxRate"] and _source(req, "maxTxRate")
                 field = shaping.FIELD if derived else f"{netconfig.NETDEV_PATH}.{given[0]}"
                 what = f"{field}: PF {pf_name} refused {told} for VF {index}"
                 netlink.set_vf(pf, index, what, netlink.VfSettings(**group))

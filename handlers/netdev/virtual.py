@@ -31,14 +31,12 @@ SLOTS = "slots"
 
 def virtual_device(context: HandlerContext) -> list[Device]:
     """The node's virtual device: shareable, `virtual_slots` slots, one per request, and
-    the operator's `virtual_bandwidth` (bits per second, or the uplink's), none unless a
-    request asks."""
+    the operator's `virtual_bandwidth` (bits per second), none unless a request asks."""
     if context.virtual_slots <= 0:
         return []
     capacity = {SLOTS: Capacity(str(context.virtual_slots), default="1")}
-    bandwidth = shaping.capacity(context)
-    if bandwidth is not None:
-        capacity[shaping.BANDWIDTH] = bandwidth
+    if context.virtual_bandwidth:
+        capacity[shaping.BANDWIDTH] = shaping.capacity(context)
     return [
         Device(
             VIRTUAL_DEVICE,

@@ -231,4 +231,6 @@ def test_with_auto_bandwidth_the_policy_checks_only_the_step(cluster: Cluster, k
             30,
         )
         assert "5M is not a multiple of 10M" in (cluster.refusal(kns, _claim("odd", "5M")) or "")
-        assert "is more than the 10T" in (cluster.refusal(kns, _claim("huge", "20T")) or "")
+        assert "is more than the driver's limit (10T)" in (
+            cluster.refusal(kns, _claim("huge", "20T")) or ""
+        )

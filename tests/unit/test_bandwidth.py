@@ -20,7 +20,8 @@ from dradriver.apiserver import slices
 from dradriver.base.errors import ConfigError
 from dradriver.claims import resolution
 from dradriver.contract import naming, quantity
-from dradriver.contract.hookspecs import AUTO_BANDWIDTH, Capacity, ClaimRef
+from dradriver.contract.hookspecs import Capacity, ClaimRef
+from dradriver.daemon import context_of
 from dradriver.kernel.rtnl import tc, wire
 from dradriver.kit import hostif
 from tests.support.fakeapi import allocated_claim, opaque
@@ -313,23 +314,31 @@ def test_a_vf_config_that_limits_the_rate_too_is_refused_naming_the_field(tmp_pa
     assert caught.value.issues[0][0] == "$.netdev.maxTxRate"
 
 
-def test_auto_offers_the_uplinks_link_speed_in_whole_steps(tmp_path, monkeypatch, caplog):
+def test_auto_offers_the_uplinks_link_speed_at_start_in_whole_steps(tmp_path, monkeypatch, caplog):
     assert _settings(monkeypatch, "--virtual-bandwidth", "auto").virtual_bandwidth == (
-        AUTO_BANDWIDTH
+        settings.AUTO_BANDWIDTH
     )
     fs = FakeSys(tmp_path)
     fs.nic("up0", "0000:3b:00.0")  # 25000 Mb/s
     fs.nic("down0", "0000:3c:00.0", carrier=0)  # no link: no speed
     uplinks = {"up0"}
     monkeypatch.setattr(hostif, "primary_interfaces", lambda: set(uplinks))
-    ctx = context(sysfs_root=tmp_path, virtual_bandwidth=AUTO_BANDWIDTH, bandwidth_step=3 * 10**6)
-    [device] = virtual.virtual_device(ctx)
-    assert device.capacity["bandwidth"].value == "24999M"  # 25G, down to a multiple of 3M
-    uplinks.add("down0")  # a second default route, on a link that reports no speed
+    auto = settings.Settings(
+        node_name="n",
+        sysfs_root=tmp_path,
+        virtual_bandwidth=settings.AUTO_BANDWIDTH,
+        bandwidth_step=3 * 10**6,
+    )
+    ctx = context_of(auto)
+    assert ctx.virtual_bandwidth == 24_999_000_000  # 25G, down to a multiple of 3M
     [device] = virtual.virtual_device(ctx)
     assert device.capacity["bandwidth"].value == "24999M"
+    uplinks.add("down0")  # a second default route, on a link that reports no speed
+    assert context_of(auto).virtual_bandwidth == 24_999_000_000
     uplinks.discard("up0")
     with caplog.at_level(logging.WARNING):
-        [device] = virtual.virtual_device(ctx)
-    assert set(device.capacity) == {"slots"}  # nothing known: no bandwidth, and said so
+        ctx = context_of(auto)
+    assert ctx.virtual_bandwidth == 0  # nothing known: no bandwidth, and said so
+    [device] = virtual.virtual_device(ctx)
+    assert set(device.capacity) == {"slots"}
     assert any("--virtual-bandwidth auto" in r.getMessage() for r in caplog.records)
