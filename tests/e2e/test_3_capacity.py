@@ -60,12 +60,18 @@ def veth_template(
     }
 
 
-def claim_pod(namespace: str, name: str, template: str = "one-veth") -> dict[str, Any]:
+def claim_pod(
+    namespace: str, name: str, template: str = "one-veth", node: str | None = None
+) -> dict[str, Any]:
+    """A pod with one claim from `template`; only for `node` when given (a scheduler
+    that has not yet seen an earlier test's node go could otherwise place it there)."""
+    selector = {"kubernetes.io/hostname": node} if node else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
+            "nodeSelector": selector,
             "terminationGracePeriodSeconds": 5,
             "resourceClaims": [{"name": "net", "resourceClaimTemplateName": template}],
             "containers": [

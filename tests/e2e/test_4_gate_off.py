@@ -64,7 +64,9 @@ def test_driver_falls_back_to_single_allocation_devices(
     request = stored_template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert "capacity" not in request
     names = [f"app-{i}" for i in range(SLOTS)]
-    cluster.apply([claim_pod(kns, n) for n in names])
+    # Pinned to this node: the scheduler's caches, refilled after the restart, may
+    # still hold the previous test's node and its slice for a while.
+    cluster.apply([claim_pod(kns, n, node=cluster.node) for n in names])
     pods = [cluster.wait_bound(kns, n) for n in names]
     claims = []
     for pod in pods:
@@ -85,7 +87,7 @@ def test_driver_falls_back_to_single_allocation_devices(
     assert len(hosts) == SLOTS and hosts <= set(node.tagged())
 
     # Every device is taken: a fifth pod waits.
-    cluster.apply(claim_pod(kns, "app-late"))
+    cluster.apply(claim_pod(kns, "app-late", node=cluster.node))
     wait_for(
         "app-late to be unschedulable",
         lambda: unschedulable(cluster, kns, "app-late"),
