@@ -177,10 +177,12 @@ class Cluster:
         return None
 
     @contextlib.contextmanager
-    def chart_policy(self, template: str, *values: str) -> Iterator[str]:
-        """The chart's admission policy of `template` (under templates/driver/) rendered
-        with `values` (helm --set/--set-json arguments) and applied for the block; its
-        name. Removed after the block."""
+    def chart_objects(
+        self, template: str, *values: str, kinds: Iterable[str] = ()
+    ) -> Iterator[list[dict[str, Any]]]:
+        """The chart's objects of `template` (under templates/driver/; only those of
+        `kinds` if given) rendered with `values` (helm --set/--set-json arguments) and
+        applied for the block. Removed after the block, last first."""
         from tests.deploy.support import gen_manifests
         from tests.support.helm import helm_binary
 
@@ -188,15 +190,23 @@ class Cluster:
             helm_binary(), *values, "--show-only", f"templates/driver/{template}"
         )
         objects = [d for d in yaml.safe_load_all(rendered) if d]
-        [name] = [
-            o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
-        ]
-        self.apply(objects)
+        objects = [o for o in objects if o["kind"] in kinds] if kinds else objects
         try:
-            yield name
+            self.apply(objects, DRIVER_NAMESPACE)
+            yield objects
         finally:
-            self.delete(f"{ADMISSION}/validatingadmissionpolicybindings/{name}")
-            self.delete(f"{ADMISSION}/validatingadmissionpolicies/{name}")
+            for obj in reversed(objects):
+                self.delete(self.cp.rest.object_path(obj, DRIVER_NAMESPACE))
+
+    @contextlib.contextmanager
+    def chart_policy(self, template: str, *values: str) -> Iterator[str]:
+        """The chart's admission policy of `template` applied for the block (as
+        `chart_objects`); its name."""
+        with self.chart_objects(template, *values) as objects:
+            [name] = [
+                o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+            ]
+            yield name
 
     def config_policy_refuses(self, policy: str, claim: dict[str, Any]) -> bool:
         """Whether `policy` refuses to create `claim` now (a dry run: nothing is stored)."""

@@ -13,10 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.deploy.support import gen_manifests
-from tests.support.helm import helm_binary
 from tests.support.waiting import wait_for
 
 from .cluster import Cluster
@@ -34,18 +31,11 @@ PER_NODE = 5
 @pytest.fixture
 def ipam_rbac(cluster: Cluster) -> Iterator[None]:
     """The chart's Role for the pools' Leases (rendered only when pools are set)."""
-    rendered = gen_manifests().render(
-        helm_binary(), "--set-json", f"ipam.pools={json.dumps(POOLS)}",
-        "--show-only", "templates/driver/rbac.yaml",
-    )  # fmt: skip
-    objects = [d for d in yaml.safe_load_all(rendered) if d and d["kind"].startswith("Role")]
-    assert {o["kind"] for o in objects} == {"Role", "RoleBinding"}
-    cluster.apply(objects)
-    yield
-    for obj in objects:
-        kind = "roles" if obj["kind"] == "Role" else "rolebindings"
-        path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/dra-system/{kind}"
-        cluster.delete(f"{path}/{obj['metadata']['name']}")
+    pools = f"ipam.pools={json.dumps(POOLS)}"
+    only = ("Role", "RoleBinding")
+    with cluster.chart_objects("rbac.yaml", "--set-json", pools, kinds=only) as objects:
+        assert sorted(o["kind"] for o in objects) == sorted(only)
+        yield
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.claims import reconcile
 from dradriver.claims.ipam import AddressBook
-from dradriver.claims.prepare import Outcome, Preparer
+from dradriver.claims.outcome import Outcome
+from dradriver.claims.prepare import Preparer
 from dradriver.contract import ipam
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import ClaimRef
@@ -27,7 +28,7 @@ from dradriver.state import atomicfile, cdi, ipamstore, metadata, recordstore
 from dradriver.state.ipamstore import IpamStore
 from dradriver.state.recordstore import RecordStore
 from tests.support.fakeapi import FakeApi, allocated_claim, opaque
-from tests.support.fakekernel import FakeKernel, Steps
+from tests.support.fakekernel import Crash, FakeKernel, Steps, restore
 from tests.support.fakesys import FakeSys
 from tests.support.handlers import context
 
@@ -115,6 +116,18 @@ class Node:
         assert preparer.addresses is not None  # then the pools, as dradriver.daemon.start_up
         preparer.addresses.rebuild_from(preparer.records)
         return preparer
+
+    def crash_at(self, step: int, action: Callable[[], object]) -> None:
+        """Run `action`, the process dying at its `step`th side effect; then the kernel and
+        the disk are put back as they were at that moment, whatever the test had allowed."""
+        self.steps.crash_at = self.steps.count + step
+        with pytest.raises(Crash):
+            action()
+        self.steps.crash_at = None
+        image = self.steps.image
+        assert image is not None
+        image.restore(self.kernel)
+        restore(self.steps.dirs, image.files)
 
     def files(self) -> list[str]:
         """Every file the driver keeps (paths relative to its directory)."""

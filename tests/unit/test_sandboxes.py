@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +31,7 @@ from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.state.moves import IN, SPENT
 from tests.support import nriruntime as stand_in
 from tests.support.fakeapi import allocated_claim, opaque
-from tests.support.fakekernel import Crash, FakeLink, restore
+from tests.support.fakekernel import FakeLink
 from tests.support.statenode import KINDS as PLAIN_KINDS
 from tests.support.statenode import POD, UID, Node, claim_object
 
@@ -518,14 +519,7 @@ def test_a_crash_at_any_step_of_run_is_finished_at_the_next_synchronize(node, ki
     for step in range(1, steps + 1):
         preparer = _claim_ready(node, renew)
         node.kernel.add_namespace(NETNS)
-        node.steps.crash_at = node.steps.count + step
-        with pytest.raises(Crash):
-            _sandboxes(preparer).run_pod_sandbox(_pod("crashing"))
-        node.steps.crash_at = None
-        image = node.steps.image
-        assert image is not None
-        image.restore(node.kernel)
-        restore(node.steps.dirs, image.files)
+        node.crash_at(step, partial(_sandboxes(preparer).run_pod_sandbox, _pod("crashing")))
         # The driver restarts: start-up reconciliation, then the runtime's Synchronize
         # lists the running sandbox (its containers started meanwhile, without it).
         restarted = node.start()
@@ -560,14 +554,7 @@ def test_a_crash_at_any_step_of_stop_is_finished_or_spent_at_synchronize(node, k
     for step in range(1, steps + 1):
         node.kernel.add_namespace(NETNS)
         _sandboxes(_preparer(node)).run_pod_sandbox(_pod())
-        node.steps.crash_at = node.steps.count + step
-        with pytest.raises(Crash):
-            _sandboxes(_preparer(node)).stop_pod_sandbox(_pod())
-        node.steps.crash_at = None
-        image = node.steps.image
-        assert image is not None
-        image.restore(node.kernel)
-        restore(node.steps.dirs, image.files)
+        node.crash_at(step, lambda: _sandboxes(_preparer(node)).stop_pod_sandbox(_pod()))
         restarted = node.start()
         sandboxes = _sandboxes(restarted)
         if gone:  # the runtime finished the stop without the driver: the namespace went

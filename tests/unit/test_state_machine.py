@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from dradriver.claims import reconcile
-from dradriver.claims.prepare import Outcome
+from dradriver.claims.outcome import Outcome
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.state.records import PREPARED
-from tests.support.fakekernel import Crash, restore
 from tests.support.statenode import (
     DRIVER,
     KINDS,
@@ -97,14 +96,7 @@ def test_a_crash_at_any_step_is_repaired_at_start(node, kind, reference):
     expected, steps, prepared_links = reference(kind)
     before = node.links()
     for step in range(1, steps + 1):
-        node.steps.crash_at = node.steps.count + step
-        with pytest.raises(Crash):
-            prepare_one(node.preparer())
-        node.steps.crash_at = None
-        image = node.steps.image
-        assert image is not None
-        node.kernel.table = image.table  # what the kernel and the disk held at the crash
-        restore(node.steps.dirs, image.files)
+        node.crash_at(step, lambda: prepare_one(node.preparer()))
         preparer = node.start()
         committed = preparer.records.load(UID)
         if committed is None:
@@ -126,14 +118,7 @@ def test_a_prepare_killed_at_any_step_is_undone_by_the_other_instances_unprepare
     _, steps, _ = reference(kind)
     before = node.links()
     for step in range(1, steps + 1):
-        node.steps.crash_at = node.steps.count + step
-        with pytest.raises(Crash):
-            prepare_one(node.preparer())
-        node.steps.crash_at = None
-        image = node.steps.image
-        assert image is not None
-        node.kernel.table = image.table
-        restore(node.steps.dirs, image.files)
+        node.crash_at(step, lambda: prepare_one(node.preparer()))
         assert unprepare_one(node.preparer()).error is None, step
         assert node.links() == before, (step, node.steps.log[-steps:])
         assert node.files() == [], (step, node.steps.log[-steps:])
@@ -150,14 +135,7 @@ def test_a_crash_at_any_step_of_unprepare_is_finished_by_the_next_one(node, kind
     steps = node.steps.count - start
     for step in range(1, steps + 1):
         assert prepare_one(node.preparer()) == expected
-        node.steps.crash_at = node.steps.count + step
-        with pytest.raises(Crash):
-            unprepare_one(node.preparer())
-        node.steps.crash_at = None
-        image = node.steps.image
-        assert image is not None
-        node.kernel.table = image.table
-        restore(node.steps.dirs, image.files)
+        node.crash_at(step, lambda: unprepare_one(node.preparer()))
         assert unprepare_one(node.start()).error is None, step
         assert node.links() == before and node.files() == [], step
 
