@@ -405,16 +405,8 @@ def _bandwidth(total: str, step: str) -> tuple[int, int]:
     """--virtual-bandwidth and --bandwidth-step in bits per second, checked (`auto`:
     AUTO_BANDWIDTH, the uplink's speed, which the daemon reads at start)."""
     auto = str(total) == "auto"
-    values = []
-    for name, text in (
-        ("--virtual-bandwidth", "0" if auto else total or "0"),
-        ("--bandwidth-step", step),
-    ):
-        try:
-            values.append(quantity.parse(str(text)))
-        except ValueError as exc:
-            raise SystemExit(f"{name}: {exc}") from None
-    bits, unit = values
+    bits = 0 if auto else _bits("--virtual-bandwidth", total or "0")
+    unit = _bits("--bandwidth-step", step)
     if not MIN_BANDWIDTH_STEP <= unit <= MAX_BANDWIDTH:
         raise SystemExit(f"--bandwidth-step must be 1k to 10T bits per second, got {step}")
     if auto:
@@ -432,15 +424,20 @@ def _bandwidth(total: str, step: str) -> tuple[int, int]:
 def _link_bandwidth(text: str) -> int:
     """--link-bandwidth in bits per second (0: none), checked: whole megabits, the unit
     a VF's rate limit is set in."""
-    try:
-        bits = quantity.parse(str(text or "0"))
-    except ValueError as exc:
-        raise SystemExit(f"--link-bandwidth: {exc}") from None
+    bits = _bits("--link-bandwidth", text or "0")
     if bits and not (1_000_000 <= bits <= MAX_BANDWIDTH and bits % 1_000_000 == 0):
         raise SystemExit(
             f"--link-bandwidth must be whole megabits per second up to 10T, got {text}"
         )
     return bits
+
+
+def _bits(flag: str, text: str) -> int:
+    """A bandwidth flag's quantity in bits per second, or why not."""
+    try:
+        return quantity.parse(str(text))
+    except ValueError as exc:
+        raise SystemExit(f"{flag}: {exc}") from None
 
 
 def _pools(text: str, ranges: tuple[str, ...]) -> tuple[ipam.Pool, ...]:

@@ -145,14 +145,7 @@ class AddressBook:
         """Take back every address a claim holds (once its links are released): in the
         pools its recorded `configs` (by device key) name, or in all without them."""
         names = self.pools if configs is None else pools_named(configs.values())
-        with self._mutex:
-            for name in names:
-                if name not in self.pools:
-                    continue
-                state = self.store.load(name)
-                if any(h.claim == claim for h in state.addresses.values()):
-                    state.addresses = {a: h for a, h in state.addresses.items() if h.claim != claim}
-                    self.store.save(state)
+        self._drop(claim, names, lambda pool, holder, address: False)
 
     def retain(self, claim: str, configs: Mapping[str, Any]) -> None:
         """Take back what a claim prepared again holds beyond its new `configs` (by
@@ -164,21 +157,29 @@ class AddressBook:
             for name in pools_named([config])
             for cidr in config.get("ipAddresses") or ()
         }
+        for name in self.pools:
+            try:
+                self._drop(claim, [name], lambda pool, h, address: (pool, h.key, address) in kept)
+            except (DriverError, OSError) as exc:  # the claim is prepared: never fails it
+                event(log, logging.WARNING, "ipam pool not tidied", pool=name, error=exc)
+
+    def _drop(
+        self, claim: str, names: Iterable[str], keep: Callable[[str, Holder, str], bool]
+    ) -> None:
+        """Remove from pools `names` the addresses `claim` holds that `keep(pool, holder,
+        address)` does not keep; a file is written only if it changed."""
         with self._mutex:
-            for name in self.pools:
-                try:
-                    state = self.store.load(name)
-                    mine = {
-                        a for a, h in state.addresses.items()
-                        if h.claim == claim and (name, h.key, a) not in kept
-                    }  # fmt: skip
-                    if mine:
-                        state.addresses = {
-                            a: h for a, h in state.addresses.items() if a not in mine
-                        }
-                        self.store.save(state)
-                except (DriverError, OSError) as exc:  # the claim is prepared: never fails it
-                    event(log, logging.WARNING, "ipam pool not tidied", pool=name, error=exc)
+            for name in names:
+                if name not in self.pools:
+                    continue
+                state = self.store.load(name)
+                left = {
+                    a: h for a, h in state.addresses.items()
+                    if h.claim != claim or keep(name, h, a)
+                }  # fmt: skip
+                if len(left) != len(state.addresses):
+                    state.addresses = left
+                    self.store.save(state)
 
     def rebuild(
         self,

@@ -1,10 +1,10 @@
-"""Prepare and unprepare of claims, as the kubelet asks for them: the heart of the driver.
+"""Prepare of claims, as the kubelet asks for it: the heart of the driver.
 
 Per claim: answer from its record when it is prepared and still true (idempotency, a
 repeated call after a restart); otherwise plan and validate every device of the claim's
 object before any kernel work, and commit (lifecycle.py: journal, kernel objects, CDI
-specs, then the record). Unprepare works from the record alone. One claim's failure is
-its own error string, never the call's.
+specs, then the record). Unprepare (unprepare.py) works from the record alone. One
+claim's failure is its own error string, never the call's (outcome.py).
 
 Each call has a budget (budget.py). The claims a call needs from the API are fetched
 first, side by side and outside the serialisation lock; the lock is held only for local
@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from dradriver.apiserver.inventory import Inventory
-from dradriver.base.errors import ClaimError, DriverError, storage_error
+from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.base.timing import phase
@@ -41,13 +38,14 @@ from dradriver.claims.budget import (
 from dradriver.claims.fetch import ClaimFetcher, ClaimSource, Early, Fetched
 from dradriver.claims.ipam import AddressBook
 from dradriver.claims.lifecycle import ClaimLifecycle, current_boot_id
+from dradriver.claims.outcome import Outcome, check_uid, count_prepared, guarded, refused
 from dradriver.claims.plan import Planner, refuse_oversized, refuse_sharing, reserve_names
+from dradriver.claims.unprepare import Unpreparer
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
 from dradriver.contract.hookspecs import CDI, ClaimRef, HandlerContext
 from dradriver.contract.registry import HandlerRegistry
-from dradriver.kernel import linkreaper, netlink
-from dradriver.state import cdi
+from dradriver.kernel import linkreaper
 from dradriver.state.records import (
     PREPARED,
     ClaimRecord,
@@ -58,7 +56,6 @@ from dradriver.state.recordstore import RecordStore
 
 log = logging.getLogger(__name__)
 
-UNPREPARE_WORKERS = 8
 # Longest a prepare waits for the injection mode to be chosen: the daemon's choice takes
 # at most two NRI waits of 5 s (connect, then the runtime's answer).
 INJECTION_CHOICE_WAIT = 15.0
@@ -83,23 +80,11 @@ _NO_CLAIM = Fetched()  # a claim prepared from its record: no object
 
 class _NotFetched(BaseException):
     """The claim's object is needed but was not fetched: its prepared record went away
-    between the fetch and the lock. Not an Exception, so `_guarded` lets it through."""
+    between the fetch and the lock. Not an Exception, so `guarded` lets it through."""
 
 
 def _not_fetched() -> NoReturn:
     raise _NotFetched
-
-
-def _raise(exc: Exception) -> NoReturn:
-    raise exc
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The answer for one claim: its devices, or an error."""
-
-    devices: list[DeviceAnswer]
-    error: str | None = None
 
 
 # Told of a claim whose prepare failed: its ref, the error answered, its object if fetched.
@@ -169,8 +154,18 @@ class Preparer:
             self.reaper,
             metadata_root,
         )
-        self._pool: ThreadPoolExecutor | None = None
         self.ahead = AheadBook(metrics)  # claims prepared before the kubelet asked (ahead.py)
+        # Unprepare of a kubelet call's claims, from their records alone (unprepare.py).
+        self.unprepare = Unpreparer(
+            gate=self.gate,
+            records=records,
+            lifecycle=self.lifecycle,
+            ahead=self.ahead,
+            cdi_dir=cdi_dir,
+            driver=context.driver_name,
+            addresses=addresses,
+            metrics=metrics,
+        ).unprepare
 
     # -- prepare -----------------------------------------------------------------------
 
@@ -236,7 +231,7 @@ class Preparer:
         refusal = refusal or "its allocation record changed while the call ran; the kubelet retries"
         for ref in refs:
             if ref.uid not in outcomes:
-                outcomes[ref.uid] = self._refuse(_operation(ahead), ref, refusal)
+                outcomes[ref.uid] = refused(_operation(ahead), ref, refusal, self.metrics)
         return {ref.uid: outcomes[ref.uid] for ref in refs}
 
     def _prepare_locked(
@@ -256,14 +251,15 @@ class Preparer:
                 continue
             failed = ref.uid in fetched and fetched[ref.uid].error is not None
             if not failed and (stop := self.gate.stop_reason(deadline)) is not None:
-                outcomes[ref.uid] = self._refuse(_operation(ahead_for), ref, stop)
+                outcomes[ref.uid] = refused(_operation(ahead_for), ref, stop, self.metrics)
                 continue  # a failed fetch is a better answer than "not started"
             claim = fetched[ref.uid].get if ref.uid in fetched else _not_fetched
             try:
-                outcome = self._guarded(
+                outcome = guarded(
                     _operation(ahead_for),
                     ref,
                     partial(self._prepare, ref, taken, claim, ahead_for),
+                    self.metrics,
                 )
             except _NotFetched:
                 unfetched.append(ref)
@@ -285,7 +281,7 @@ class Preparer:
         claim: Callable[[], dict[str, Any]],
         ahead_for: str | None = None,
     ) -> list[DeviceAnswer]:
-        self._check_uid(ref)
+        check_uid(ref)
         with phase("records"):
             record = self._load(ref)
         if ahead_for is not None and record is not None:
@@ -311,7 +307,7 @@ class Preparer:
             event(log, logging.WARNING, "stale claim: preparing again", claim=ref.uid, why=stale)
             self.lifecycle.release(record)
             self.ahead.released(ref.uid, self.records)
-            self._count(-1)
+            count_prepared(self.metrics, -1)
         elif record is not None:
             self.lifecycle.roll_back(record)
             if ahead_for is None:  # an interrupted prepare ahead: its mark goes with it
@@ -346,7 +342,7 @@ class Preparer:
         event(log, logging.INFO, "prepared", claim=ref.uid, ref=str(ref), devices=len(plans))
         if self.status is not None and record.devices:
             self.status.submit(record)
-        self._count(+1)
+        count_prepared(self.metrics, +1)
         return record.answer()
 
     def _forget(self, ref: ClaimRef, ahead_for: str | None) -> None:
@@ -380,132 +376,11 @@ class Preparer:
                             taken.setdefault((pod, name), other)
         reserve_names(ref, pod_uids, uses, taken)
 
-    def _count(self, delta: int) -> None:
-        if self.metrics:
-            self.metrics.prepared_claims.inc(delta)
-
     def roll_back(self, record: ClaimRecord) -> None:
         """Undo a prepare that was interrupted (start-up reconciliation calls it)."""
         self.lifecycle.roll_back(record)
 
-    # -- unprepare ---------------------------------------------------------------------
-
-    def unprepare(
-        self,
-        refs: Sequence[ClaimRef],
-        budget: float | None = None,
-        only: Callable[[ClaimRef], bool] | None = None,
-    ) -> dict[str, Outcome]:
-        """Unprepare every claim of one kubelet call from local state only, under the
-        lock (waited for at most `budget` seconds). `only`, asked under the lock, picks
-        the claims to unprepare; the others are answered untouched (ahead.py).
-
-        Claims are independent, and the kernel lets link deletions overlap (most of the
-        ~15 ms of a deletion is a wait for RCU), so several claims run at once.
-        """
-        deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
-        with self.gate.call():
-            with phase("lock"):
-                refusal = self.gate.acquire(deadline)
-            if refusal is not None:
-                return {ref.uid: self._refuse("unprepare", ref, refusal) for ref in refs}
-            try:
-                if only is not None:
-                    kept = [ref for ref in refs if not only(ref)]
-                    refs = [ref for ref in refs if only(ref)]
-                    return {ref.uid: Outcome([]) for ref in kept} | self._unprepare_all(refs)
-                return self._unprepare_all(refs)
-            finally:
-                self.gate.release()
-
-    def _unprepare_all(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
-        if len(refs) < 2:
-            return {r.uid: self._guarded("unprepare", r, partial(self._unprepare, r)) for r in refs}
-        if self._pool is None:  # persistent: each worker keeps its own netlink socket
-            self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
-        with phase("workers"):  # the workers' own phases are not told apart
-            done = list(self._pool.map(self._unprepare_on_worker, refs))
-        return {ref.uid: outcome for ref, outcome in zip(refs, done, strict=True)}
-
-    def _unprepare_on_worker(self, ref: ClaimRef) -> Outcome:
-        """One claim on a pool worker, which then closes its netlink socket (reopening
-        one costs ~30 us; eight idle ones would hold their receive buffers)."""
-        try:
-            return self._guarded("unprepare", ref, lambda: self._unprepare(ref))
-        finally:
-            netlink.close()
-
-    def _unprepare(self, ref: ClaimRef) -> list[DeviceAnswer]:
-        self._check_uid(ref)
-        driver = self.context.driver_name
-        try:
-            with phase("records"):
-                record = self.records.load(ref.uid)
-        except CorruptRecord as exc:
-            deleted = self.lifecycle.delete_tagged(ref.uid)
-            cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
-            self.ahead.released(ref.uid, self.records)
-            event(
-                log,
-                logging.ERROR,
-                "unprepared from a corrupt record: deleted tagged interfaces only",
-                claim=ref.uid,
-                deleted=",".join(deleted),
-                error=exc,
-            )
-            return []
-        if record is None:
-            cdi.remove_claim_specs(self.cdi_dir, driver, ref.uid)
-            self.ahead.released(ref.uid, self.records)
-            if self.addresses is not None:  # one a crash left taken before the journal
-                self.addresses.release(ref.uid)
-            return []
-        self.lifecycle.release(record)
-        self.ahead.released(ref.uid, self.records)
-        if self.addresses is not None:  # after the links: the address left with them
-            # A prepare cut short recorded no configs yet: its addresses may be anywhere.
-            prepared = record.configs if record.phase == PREPARED else None
-            self.addresses.release(ref.uid, prepared)
-        event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
-        if record.phase == PREPARED:
-            self._count(-1)
-        return []
-
     # -- shared ------------------------------------------------------------------------
-
-    def _refuse(self, operation: str, ref: ClaimRef, reason: str) -> Outcome:
-        """The error outcome of a claim that was not worked on, logged and counted."""
-        return self._guarded(operation, ref, partial(_raise, DriverError(reason)))
-
-    def _guarded(
-        self, operation: str, ref: ClaimRef, fn: Callable[[], list[DeviceAnswer]]
-    ) -> Outcome:
-        """Run one claim's operation; turn any failure into that claim's error string."""
-        start = time.perf_counter()
-        try:
-            outcome = Outcome(fn())
-        except DriverError as exc:
-            event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=exc)
-            outcome = Outcome([], f"claim {ref} ({ref.uid}): {exc}")
-        except OSError as exc:  # a file of ours: say which, and what the operator can do
-            err = storage_error(exc)
-            event(log, logging.ERROR, f"{operation} failed", claim=ref.uid, ref=str(ref), error=err)
-            outcome = Outcome([], f"claim {ref} ({ref.uid}): {err}")
-        except Exception as exc:  # a bug: log the trace, answer without it
-            log.exception(f"{operation} failed unexpectedly", extra={"claim": ref.uid})
-            outcome = Outcome(
-                [],
-                f"claim {ref} ({ref.uid}): internal error "
-                f"({type(exc).__name__}: {exc}); see the driver log",
-            )
-        if self.metrics:
-            self.metrics.observe(operation, time.perf_counter() - start, outcome.error is None)
-        return outcome
-
-    @staticmethod
-    def _check_uid(ref: ClaimRef) -> None:
-        if not naming.is_claim_uid(ref.uid):
-            raise ClaimError(f"invalid claim UID {ref.uid!r}")
 
     def _load(self, ref: ClaimRef) -> ClaimRecord | None:
         """The claim's record; None if there is none or it was corrupt (quarantined and

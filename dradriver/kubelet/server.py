@@ -21,7 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from dradriver.base import timing
 from dradriver.base.log import event
 from dradriver.claims.budget import DEFAULT_CALL_BUDGET, call_budget
-from dradriver.claims.prepare import Outcome, Preparer
+from dradriver.claims.outcome import Outcome
+from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef, Device
 from dradriver.kubelet.proto import (
     dra_v1_pb2,

@@ -250,7 +250,7 @@ class SriovVfHandler:
         """Journal VF and netdev state, apply VF settings through the PF, claim the netdev."""
         pf_name, index, ifname = self._vf(req)
         cfg = netconfig.NetConfig.parse(req.config)
-        config = _settings(req)
+        config, derived = _settings(req)
         pf = netlink.require(pf_name, "SR-IOV PF")
         current = netlink.vf_settings(pf, index) or netlink.VfSettings()
         wanted = _wanted(config)
@@ -265,9 +265,12 @@ class SriovVfHandler:
             for keys, fields in wanted:
                 group = {f: _value(config, f, current) for f in fields}
                 given = [k for k in keys if k in config]
-                told = ", ".join(f"{k}={config[k]}{_source(req, k)}" for k in given)
-                derived = given == ["maxTxRate"] and _source(req, "maxTxRate")
-                field = shaping.FIELD if derived else f"{netconfig.NETDEV_PATH}.{given[0]}"
+                told = ", ".join(
+                    f"{k}={config[k]}" + (f" (from {shaping.FIELD})" if k in derived else "")
+                    for k in given
+                )
+                own = [k for k in given if k not in derived]
+                field = f"{netconfig.NETDEV_PATH}.{own[0]}" if own else shaping.FIELD
                 what = f"{field}: PF {pf_name} refused {told} for VF {index}"
                 netlink.set_vf(pf, index, what, netlink.VfSettings(**group))
             if own_mac and cfg.mac:  # cfg.mac for the type checker
@@ -298,27 +301,20 @@ class SriovVfHandler:
         _restore_vf(payload.vf)
 
 
-def _settings(req: DeviceRequest) -> Mapping[str, Any]:
-    """The VF settings the claim asks for: its config's, with the bandwidth it requested
-    as maxTxRate (whole Mb/s, rounded up); a config that sets maxTxRate too is refused."""
+def _settings(req: DeviceRequest) -> tuple[Mapping[str, Any], frozenset[str]]:
+    """The VF settings the claim asks for, and which of them its request (not its
+    config) sets: the config's, with the bandwidth it requested as maxTxRate (whole
+    Mb/s, rounded up); a config that sets maxTxRate too is refused."""
     rate = shaping.megabits(req)
     if not rate:
-        return req.config
+        return req.config, frozenset()
     if "maxTxRate" in req.config:
         raise ConfigError(
             f"maxTxRate and the request's {shaping.FIELD} ({rate} Mb/s) both limit the "
             "VF: leave maxTxRate out of the claim's config and its DeviceClass's",
             f"{netconfig.NETDEV_PATH}.maxTxRate",
         )
-    return {**req.config, "maxTxRate": rate}
-
-
-def _source(req: DeviceRequest, key: str) -> str:
-    """` (from capacity.requests.bandwidth)` for the maxTxRate the request's bandwidth
-    sets, "" for what the config says."""
-    if key == "maxTxRate" and "maxTxRate" not in req.config and shaping.megabits(req):
-        return f" (from {shaping.FIELD})"
-    return ""
+    return {**req.config, "maxTxRate": rate}, frozenset({"maxTxRate"})
 
 
 def _wanted(config: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:

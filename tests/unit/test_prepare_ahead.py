@@ -14,7 +14,7 @@ from typing import Any
 
 from dradriver.base.metrics import Metrics
 from dradriver.claims import reconcile
-from dradriver.claims.ahead import AheadBook, PrepareAhead
+from dradriver.claims.ahead import PrepareAhead
 from dradriver.claims.budget import Deadline
 from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef
@@ -61,7 +61,6 @@ def wired(node: Node, preparer: Preparer | None = None) -> tuple[Preparer, Pods,
     metrics = Metrics()
     if preparer is None:
         preparer = node.preparer()
-        preparer.ahead = AheadBook(metrics)
     pods = Pods(node)
     ahead = PrepareAhead(preparer, pods.take, pods.snapshot, metrics)
     ahead._metrics = preparer.ahead._metrics = metrics

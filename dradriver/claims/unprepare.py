@@ -1,0 +1,139 @@
+"""Unprepare of claims, as the kubelet asks for it: from the local record alone (the
+claim may be gone from the API), under the serialisation lock, several claims at once.
+A corrupt record still has its tagged interfaces and CDI specs removed."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from dradriver.base.log import event
+from dradriver.base.metrics import Metrics
+from dradriver.base.timing import phase
+from dradriver.claims.ahead import AheadBook
+from dradriver.claims.budget import DEFAULT_CALL_BUDGET, CallGate, Deadline
+from dradriver.claims.ipam import AddressBook
+from dradriver.claims.lifecycle import ClaimLifecycle
+from dradriver.claims.outcome import Outcome, check_uid, count_prepared, guarded, refused
+from dradriver.contract.hookspecs import ClaimRef
+from dradriver.kernel import netlink
+from dradriver.state import cdi
+from dradriver.state.records import PREPARED, CorruptRecord, DeviceAnswer
+from dradriver.state.recordstore import RecordStore
+
+log = logging.getLogger(__name__)
+
+UNPREPARE_WORKERS = 8
+
+
+class Unpreparer:
+    """Unprepares claims from their records; holds no claim state in memory."""
+
+    def __init__(
+        self,
+        *,
+        gate: CallGate,
+        records: RecordStore,
+        lifecycle: ClaimLifecycle,
+        ahead: AheadBook,
+        cdi_dir: Path,
+        driver: str,
+        addresses: AddressBook | None,
+        metrics: Metrics | None,
+    ) -> None:
+        """Wire the collaborators the Preparer shares with it."""
+        self.gate = gate
+        self.records = records
+        self.lifecycle = lifecycle
+        self.ahead = ahead
+        self.cdi_dir = cdi_dir
+        self.driver = driver
+        self.addresses = addresses
+        self.metrics = metrics
+        self._pool: ThreadPoolExecutor | None = None
+
+    def unprepare(
+        self,
+        refs: Sequence[ClaimRef],
+        budget: float | None = None,
+        only: Callable[[ClaimRef], bool] | None = None,
+    ) -> dict[str, Outcome]:
+        """Unprepare every claim of one kubelet call from local state only, under the
+        lock (waited for at most `budget` seconds). `only`, asked under the lock, picks
+        the claims to unprepare; the others are answered untouched (ahead.py).
+
+        Claims are independent, and the kernel lets link deletions overlap (most of the
+        ~15 ms of a deletion is a wait for RCU), so several claims run at once.
+        """
+        deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
+        with self.gate.call():
+            with phase("lock"):
+                refusal = self.gate.acquire(deadline)
+            if refusal is not None:
+                return {ref.uid: refused("unprepare", ref, refusal, self.metrics) for ref in refs}
+            try:
+                if only is not None:
+                    kept = [ref for ref in refs if not only(ref)]
+                    refs = [ref for ref in refs if only(ref)]
+                    return {ref.uid: Outcome([]) for ref in kept} | self._all(refs)
+                return self._all(refs)
+            finally:
+                self.gate.release()
+
+    def _all(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        if len(refs) < 2:
+            return {r.uid: self._guarded(r) for r in refs}
+        if self._pool is None:  # persistent: each worker keeps its own netlink socket
+            self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
+        with phase("workers"):  # the workers' own phases are not told apart
+            done = list(self._pool.map(self._on_worker, refs))
+        return {ref.uid: outcome for ref, outcome in zip(refs, done, strict=True)}
+
+    def _on_worker(self, ref: ClaimRef) -> Outcome:
+        """One claim on a pool worker, which then closes its netlink socket (reopening
+        one costs ~30 us; eight idle ones would hold their receive buffers)."""
+        try:
+            return self._guarded(ref)
+        finally:
+            netlink.close()
+
+    def _guarded(self, ref: ClaimRef) -> Outcome:
+        return guarded("unprepare", ref, partial(self._one, ref), self.metrics)
+
+    def _one(self, ref: ClaimRef) -> list[DeviceAnswer]:
+        check_uid(ref)
+        try:
+            with phase("records"):
+                record = self.records.load(ref.uid)
+        except CorruptRecord as exc:
+            deleted = self.lifecycle.delete_tagged(ref.uid)
+            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            self.ahead.released(ref.uid, self.records)
+            event(
+                log,
+                logging.ERROR,
+                "unprepared from a corrupt record: deleted tagged interfaces only",
+                claim=ref.uid,
+                deleted=",".join(deleted),
+                error=exc,
+            )
+            return []
+        if record is None:
+            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            self.ahead.released(ref.uid, self.records)
+            if self.addresses is not None:  # one a crash left taken before the journal
+                self.addresses.release(ref.uid)
+            return []
+        self.lifecycle.release(record)
+        self.ahead.released(ref.uid, self.records)
+        if self.addresses is not None:  # after the links: the address left with them
+            # A prepare cut short recorded no configs yet: its addresses may be anywhere.
+            prepared = record.configs if record.phase == PREPARED else None
+            self.addresses.release(ref.uid, prepared)
+        event(log, logging.INFO, "unprepared", claim=ref.uid, devices=len(record.devices))
+        if record.phase == PREPARED:
+            count_prepared(self.metrics, -1)
+        return []
