@@ -3,7 +3,13 @@ with the kubelet and not stopping, for an exec readiness probe (`test -e <file>`
 
 A probe on the health port cannot tell instances apart: during a rolling update the
 old and the new driver pod of a node share the node's network and so the port, and
-the old one would answer the new one's probe. The file lives in the pod's own /tmp."""
+the old one would answer the new one's probe. The file lives in the pod's own /tmp.
+
+That /tmp is an emptyDir, which outlives a container: a driver killed (a liveness
+restart, the OOM killer) leaves its marker to the next container of the pod, whose
+first probes may run before it removes it. So the marker holds this container's mark,
+the start time of its first process, and the probe compares it with /proc/1/stat: a
+previous container's marker never makes the new one Ready before it is registered."""
 
 from __future__ import annotations
 
@@ -15,6 +21,19 @@ from pathlib import Path
 from dradriver.base.log import event
 
 log = logging.getLogger(__name__)
+
+INIT_STAT = Path("/proc/1/stat")
+
+
+def container_mark(stat: Path = INIT_STAT) -> str:
+    """This container's mark: when its first process started (field 22 of its
+    /proc/<pid>/stat, clock ticks after boot); "" if that cannot be read."""
+    try:
+        text = stat.read_text()
+    except OSError:
+        return ""
+    fields = text.rpartition(")")[2].split()  # after the command, which may hold spaces
+    return fields[19] if len(fields) > 19 else ""
 
 
 class ReadyFile:
@@ -56,10 +75,11 @@ class ReadyFile:
         return registered
 
     def mark(self) -> None:
-        """Create the marker (the kubelet has registered this instance)."""
+        """Create the marker, with this container's mark (the kubelet has registered
+        this instance)."""
         if self.path is not None:
             try:
-                self.path.touch()
+                self.path.write_text(container_mark())
             except OSError as exc:
                 event(
                     log,

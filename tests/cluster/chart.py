@@ -49,8 +49,9 @@ class ChartCluster:
         """The DaemonSet's pods (any phase)."""
         return self.api.pods(NAMESPACE, SELECTOR)
 
-    def driver_pod(self, node: str) -> dict[str, Any]:
-        """The one running, Ready driver pod of `node` (waited for)."""
+    def driver_pod(self, node: str, replacing: str = "") -> dict[str, Any]:
+        """The one running, Ready driver pod of `node` (waited for); with `replacing`,
+        one whose driver container is another than that one (`driver_container`)."""
 
         def ready() -> dict[str, Any] | None:
             pods = [
@@ -59,6 +60,7 @@ class ChartCluster:
                 if p["spec"].get("nodeName") == node
                 and not p["metadata"].get("deletionTimestamp")
                 and _ready(p)
+                and driver_container(p) != replacing
             ]
             return pods[0] if len(pods) == 1 else None
 
@@ -134,6 +136,12 @@ class ChartCluster:
             timeout,
             log=lambda: "\n".join(f"{n}: {self.held(n)}" for n in self.node_names),
         )
+
+
+def driver_container(pod: dict[str, Any]) -> str:
+    """The ID of a driver pod's container as its status has it ("" before it has one)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return str(statuses[0].get("containerID", ""))
 
 
 def _ready(pod: dict[str, Any]) -> bool:

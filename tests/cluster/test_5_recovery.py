@@ -17,7 +17,7 @@ from localcluster.podnet import via_exec
 from tests.node.scenario import pod, template
 from tests.support.waiting import wait_for
 
-from .chart import ChartCluster, pinned
+from .chart import ChartCluster, driver_container, pinned
 
 # The chart's probe: a failure every 10 s, 3 in a row, each up to 5 s: under a minute.
 PROBE_RESTART = 90.0
@@ -57,6 +57,7 @@ def _with_disruption(
         chart.api.apply(pinned(pod(f"before-{node}", ["veth"]), node), kns)
     for node in chart.node_names:
         chart.api.wait_running(kns, f"before-{node}")
+    old = {node: driver_container(chart.driver_pod(node)) for node in chart.node_names}
     tokens = {node: disrupt(node) for node in chart.node_names}
     for node in chart.node_names:
         wait_for(
@@ -65,7 +66,10 @@ def _with_disruption(
             timeout,
             log=chart.describe_drivers,
         )
-        chart.driver_pod(node)  # Ready again
+        # Ready again, in its new container: a status can count the restart while its
+        # Ready is still the old container's, and a pod placed then meets the old
+        # driver's socket, which the kubelet retries only a minute or more later.
+        chart.driver_pod(node, replacing=old[node])
     for node in chart.node_names:
         assert via_exec(chart.kubectl, kns, f"before-{node}", "app")["net1"].mtu == 1300
         chart.api.apply(pinned(pod(f"after-{node}", ["veth"]), node), kns)

@@ -8,11 +8,13 @@ import fnmatch
 import functools
 import ipaddress
 import re
+import subprocess
 
 import kubernetes_validate
 import pytest
 from packaging.version import Version
 
+from dradriver.kubelet.readiness import ReadyFile, container_mark
 from tests.deploy.support import (
     DEPLOY,
     DRIVER,
@@ -310,13 +312,28 @@ def test_daemonset_liveness_probe_is_grpc_on_the_healthcheck_port():
     assert "service" not in probe["grpc"], "the daemon serves the overall (empty) service"
 
 
-def test_daemonset_readiness_probe_tests_the_drivers_ready_file():
+def test_daemonset_readiness_probe_tests_the_drivers_ready_file(tmp_path):
     probe = driver_container()["readinessProbe"]
     ready = env_value("DRA_READY_FILE")
     sh, c, script = probe["exec"]["command"]
-    assert (sh, c) == ("sh", "-c") and script.startswith(f"test -e {ready} || ")
-    assert "kubeletRegistryDir" in script  # what `kubectl describe pod` shows when it fails
+    assert (sh, c) == ("sh", "-c")
     assert ready and ready.startswith("/tmp/")  # the pod's own emptyDir, not the node's
+    # The probe run as the kubelet runs it, on a file in its place: Ready only with
+    # the mark the driver writes for this container, not one a previous container left.
+    here = tmp_path / "registered"
+    local = script.replace(ready, str(here))
+    assert local != script
+
+    def probe_passes() -> tuple[bool, str]:
+        run = subprocess.run([sh, c, local], capture_output=True, text=True, timeout=10)
+        return run.returncode == 0, run.stdout
+
+    passed, said = probe_passes()
+    assert not passed and "kubeletRegistryDir" in said  # what `kubectl describe pod` shows
+    ReadyFile(here).mark()
+    assert probe_passes() == (True, "")
+    here.write_text(str(int(container_mark()) - 1))  # the previous container's
+    assert not probe_passes()[0]
 
 
 def _quantity_mi(text: str) -> float:

@@ -129,3 +129,23 @@ def test_the_image_runs_dra_driver_handlers(image, tmp_path):
     assert res.returncode == 0, res.stderr
     rows = [line.split() for line in res.stdout.splitlines()[1:] if line.strip()]
     assert {row[-1] for row in rows} == plugins(), res.stdout
+
+
+def test_the_image_has_the_commands_of_the_charts_readiness_probe(image, tmp_path):
+    """The chart's readiness probe is a shell script (templates/driver/daemonset.yaml):
+    each command it runs is on the image's PATH."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chroot)")
+    root = tmp_path / "rootfs"
+    root.mkdir()
+    imagearchive.unpack(image, root)
+    for tool in ("sh", "cat", "sed", "cut"):
+        res = subprocess.run(
+            ["chroot", str(root), "sh", "-c", f"command -v {tool}"],
+            env=image.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert res.returncode == 0 and res.stdout.strip(), (tool, res.stderr)

@@ -8,6 +8,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dradriver.kubelet.proto import dra_v1_pb2, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
+from dradriver.kubelet.readiness import container_mark
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.root
@@ -90,5 +91,9 @@ def test_the_ready_file_exists_only_while_registered_with_the_kubelet(start_driv
     assert not ready.exists()  # removed at start, not created before the kubelet says so
     d.notify(True)
     wait_for("the ready file", ready.exists, 5, log=d.log)
+    # With this container's mark, which the chart's probe compares (the driver and the
+    # test share a PID namespace, so its first process).
+    wait_for("the mark in the ready file", lambda: ready.read_text() == container_mark(), 5)
+    assert ready.read_text().isdigit()
     assert d.stop(signal.SIGTERM) == 0
     assert not ready.exists()
