@@ -380,6 +380,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
+        # Said, as the connection is closed after the watch: a client that took it back
+        # into its pool would otherwise send its next request down a closing socket.
+        self.send_header("Connection", "close")
         self.end_headers()
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["60"])[0])
         selector = _selector(query)
