@@ -158,11 +158,8 @@ class Preparer:
         # Unprepare of a kubelet call's claims, from their records alone (unprepare.py).
         self.unprepare = Unpreparer(
             gate=self.gate,
-            records=records,
             lifecycle=self.lifecycle,
             ahead=self.ahead,
-            cdi_dir=cdi_dir,
-            driver=context.driver_name,
             addresses=addresses,
             metrics=metrics,
         ).unprepare

@@ -8,7 +8,6 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
@@ -36,21 +35,17 @@ class Unpreparer:
         self,
         *,
         gate: CallGate,
-        records: RecordStore,
         lifecycle: ClaimLifecycle,
         ahead: AheadBook,
-        cdi_dir: Path,
-        driver: str,
         addresses: AddressBook | None,
         metrics: Metrics | None,
     ) -> None:
-        """Wire the collaborators the Preparer shares with it."""
+        """Wire the collaborators the Preparer shares with it; the records and the CDI
+        directory are the lifecycle's."""
         self.gate = gate
-        self.records = records
         self.lifecycle = lifecycle
+        self.records: RecordStore = lifecycle.records
         self.ahead = ahead
-        self.cdi_dir = cdi_dir
-        self.driver = driver
         self.addresses = addresses
         self.metrics = metrics
         self._pool: ThreadPoolExecutor | None = None
@@ -100,6 +95,11 @@ class Unpreparer:
         finally:
             netlink.close()
 
+    def _remove_specs(self, uid: str) -> None:
+        """The claim's CDI specs go (those of a record that is gone or unreadable)."""
+        life = self.lifecycle
+        cdi.remove_claim_specs(life.cdi_dir, life.context.driver_name, uid)
+
     def _guarded(self, ref: ClaimRef) -> Outcome:
         return guarded("unprepare", ref, partial(self._one, ref), self.metrics)
 
@@ -110,7 +110,7 @@ class Unpreparer:
                 record = self.records.load(ref.uid)
         except CorruptRecord as exc:
             deleted = self.lifecycle.delete_tagged(ref.uid)
-            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            self._remove_specs(ref.uid)
             self.ahead.released(ref.uid, self.records)
             event(
                 log,
@@ -122,7 +122,7 @@ class Unpreparer:
             )
             return []
         if record is None:
-            cdi.remove_claim_specs(self.cdi_dir, self.driver, ref.uid)
+            self._remove_specs(ref.uid)
             self.ahead.released(ref.uid, self.records)
             if self.addresses is not None:  # one a crash left taken before the journal
                 self.addresses.release(ref.uid)
