@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "design.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_LIMIT = 16 * 1024  # bytes; the README gets a newcomer running, the rest is in docs/
 
 # Targets that land in parallel (issue 19: `make unit`). Until the Makefile has one, the
@@ -24,7 +24,9 @@ LANDING_TARGETS = {"unit"}
 # its paths are checked only once the folder exists.
 TOP_DIRS = {"dradriver", "handlers", "tests", "hack", "deploy", "bench", "kind-node", "docs"}
 LANDING_DIRS = {"localcluster"}
-TOP_FILES = {"Makefile", "Dockerfile", "pyproject.toml", "kind-config.yaml", "README.md"}
+TOP_FILES = {
+    "Makefile", "Dockerfile", "pyproject.toml", "kind-config.yaml", "README.md", "design.md"
+}
 # Bare file names (no folder) with these endings must exist somewhere in the repository.
 BARE_SUFFIXES = (".py", ".sh")
 SKIP_DIRS = {".git", ".venv", ".cache", "node_modules", "__pycache__"}
