@@ -43,7 +43,7 @@ from dradriver.state.recordstore import RecordStore
 log = logging.getLogger(__name__)
 
 BUDGET = 10.0  # longest an ahead prepare or a release waits for the lock
-RETRY = 5.0  # a release that could not be made is tried again this much later
+RETRY = 5.0  # a release that failed (a lock busy past BUDGET, a file error) is tried again
 _NEVER: Future[None] = Future()  # nothing abandons a worker's wait
 
 Pods = Callable[[], Mapping[str, Mapping[str, Any]] | None]  # the pod watch's copy, by UID
@@ -259,8 +259,10 @@ class PrepareAhead:
         self.pods_changed()  # the pod may have gone while it was prepared
 
     def _release(self, uid: str, pod_uid: str) -> None:
-        """Unprepare a claim whose mark still names `pod_uid` (read again under the
-        lock): the kubelet has not asked for it and its pod is done."""
+        """Unprepare a claim whose mark still names `pod_uid`: the kubelet has not asked
+        for it and its pod is done. The mark is read again under the lock, so a release
+        that meets a prepare in flight (another instance's, or this one's) waits for it
+        and then decides; nothing is decided outside the lock."""
         released: list[str] = []
 
         def still_ahead(ref: ClaimRef) -> bool:
@@ -270,13 +272,12 @@ class PrepareAhead:
             return True
 
         try:
-            record = self._preparer.records.load(uid)
-            if record is None or self._marked(uid) != pod_uid:
-                self._preparer.ahead.forget(uid)  # asked for, unprepared, or not ahead
-                if record is None:
-                    self._preparer.records.unmark_ahead(uid)
-                return
-            answer = self._preparer.unprepare([record.claim], BUDGET, only=still_ahead).get(uid)
+            if self._marked(uid) != pod_uid:  # asked for, unprepared, or not ahead: a
+                self._preparer.ahead.forget(uid)  # prepare ahead yet to mark it looks
+                return  # at its pod again when done (_prepare)
+            record = self._preparer.records.load(uid)  # for the claim's name only
+            ref = record.claim if record is not None else ClaimRef("", "", uid)
+            answer = self._preparer.unprepare([ref], BUDGET, only=still_ahead).get(uid)
         except (OSError, DriverError) as exc:
             answer, released = None, []
             event(log, logging.WARNING, "reading a claim prepared ahead failed", claim=uid,
@@ -284,12 +285,14 @@ class PrepareAhead:
         finally:
             with self._mu:
                 self._releasing.discard(uid)
-        if released and not getattr(answer, "error", None):
+        if answer is None or getattr(answer, "error", None):
+            self._later(RETRY, partial(self._retry, uid, pod_uid))  # logged by unprepare
+        elif released:
             self._count("released")
             event(log, logging.INFO, "released a claim prepared ahead: its pod is done",
                   claim=uid, pod=pod_uid)  # fmt: skip
-        elif answer is None or getattr(answer, "error", None):
-            self._later(RETRY, partial(self._retry, uid, pod_uid))  # logged by unprepare
+        else:
+            self._preparer.ahead.forget(uid)  # asked for, unprepared, or not ahead
 
     def _retry(self, uid: str, pod_uid: str) -> None:
         with self._mu:

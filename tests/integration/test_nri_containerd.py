@@ -102,7 +102,7 @@ def test_registers_is_configured_synchronizes_and_survives_restarts(containerd, 
 
         # containerd goes away (it says nothing to its plugins) and comes back.
         containerd.stop()
-        wait_for("the plugin to notice", lambda: not plugin.connected, timeout=10)
+        wait_for("the plugin to notice", lambda: not plugin.connected)
         containerd.start()
         assert plugin.wait_registered(20), containerd.log()
         assert pods.calls.get(timeout=1) == ("sync", [])
@@ -120,7 +120,6 @@ def test_registers_is_configured_synchronizes_and_survives_restarts(containerd, 
     wait_for(
         "containerd to drop the plugin",
         lambda: 'connection to plugin "10-dra-driver" closed' in containerd.log(),
-        timeout=10,
         log=containerd.log,
     )
     assert not plugin.connected

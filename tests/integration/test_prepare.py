@@ -74,7 +74,6 @@ def test_status_devices_carry_ready_and_network_data(api, start_driver):
     wait_for(
         "status.devices",
         lambda: fake.claim("default", "c1")["status"].get("devices"),
-        10,
         log=d.log,
     )
     [entry] = fake.claim("default", "c1")["status"]["devices"]

@@ -45,7 +45,7 @@ def test_unchanged_pool_is_not_rewritten_and_a_deleted_one_is_healed(api, start_
     with fake.lock:  # the kubelet deletes a driver's slices when it re-registers
         fake.slices.clear()
     d.notify(True)
-    [healed] = wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
+    [healed] = wait_for("the slice again", lambda: list(fake.slices.values()), log=d.log)
     assert healed["spec"]["pool"]["generation"] == 1
 
 
@@ -85,11 +85,11 @@ def test_link_events_republish_without_waiting_for_the_timer(api, start_driver, 
     wait_for("a slice", lambda: fake.slices, log=d.log)
     assert "nic-eth5" not in _devices(fake)
     netns.ip(ns, "link", "add", "eth5", "type", "veth", "peer", "name", "x5")
-    dev = wait_for("nic-eth5", lambda: _devices(fake).get("nic-eth5"), timeout=10, log=d.log)
+    dev = wait_for("nic-eth5", lambda: _devices(fake).get("nic-eth5"), log=d.log)
     assert dev["attributes"]["kind"] == {"string": "host-device"}
     assert {s["spec"]["pool"]["generation"] for s in fake.slices.values()} == {2}
     netns.ip(ns, "link", "del", "eth5")
-    wait_for("nic-eth5 gone", lambda: "nic-eth5" not in _devices(fake), timeout=10, log=d.log)
+    wait_for("nic-eth5 gone", lambda: "nic-eth5" not in _devices(fake), log=d.log)
 
 
 def _api_calls(fake, since):
@@ -117,7 +117,7 @@ def test_a_node_at_rest_costs_one_watch_and_heals_from_its_events(api, start_dri
     assert _api_calls(fake, seen) == []
     with fake.lock:
         fake.slices.clear()
-    [healed] = wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
+    [healed] = wait_for("the slice again", lambda: list(fake.slices.values()), log=d.log)
     assert (
         healed["metadata"]["ownerReferences"][0]["uid"] == fake.nodes["node-a"]["metadata"]["uid"]
     )
@@ -130,7 +130,6 @@ def test_a_node_at_rest_costs_one_watch_and_heals_from_its_events(api, start_dri
     wait_for(
         "the slice's devices back",
         lambda: [x["spec"]["devices"] for x in fake.slices.values()] == [healed["spec"]["devices"]],
-        timeout=5,
         log=d.log,
     )
 
@@ -150,11 +149,11 @@ def test_an_expired_watch_lists_again_and_keeps_healing(api, start_driver):
         fake.next_rv()
         fake.oldest_watchable = fake._rv
         fake.end_watches()
-    wait_for("the relist", lambda: "ResourceSlices watch expired" in d.log(), timeout=5, log=d.log)
-    wait_for("a watch from the new list", lambda: watches() >= 3, timeout=5, log=d.log)
+    wait_for("the relist", lambda: "ResourceSlices watch expired" in d.log(), log=d.log)
+    wait_for("a watch from the new list", lambda: watches() >= 3, log=d.log)
     with fake.lock:
         fake.slices.clear()
-    wait_for("the slice again", lambda: list(fake.slices.values()), timeout=5, log=d.log)
+    wait_for("the slice again", lambda: list(fake.slices.values()), log=d.log)
 
 
 def test_without_watches_the_timer_lists_and_heals(api, start_driver):
@@ -164,5 +163,5 @@ def test_without_watches_the_timer_lists_and_heals(api, start_driver):
     wait_for("a slice", lambda: list(fake.slices.values()), log=d.log)
     with fake.lock:
         fake.slices.clear()
-    wait_for("the slice again", lambda: list(fake.slices.values()), timeout=8, log=d.log)
+    wait_for("the slice again", lambda: list(fake.slices.values()), log=d.log)
     assert "watching ResourceSlices failed" in d.log()

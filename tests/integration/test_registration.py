@@ -62,7 +62,7 @@ def test_stale_sockets_replaced_and_ours_removed_on_signal(start_driver, droot, 
 def test_refused_registration_is_logged_as_error_with_kubelet_message(start_driver):
     d = start_driver()
     d.notify(False, "plugin version v9 not supported")
-    wait_for("the refusal in the log", lambda: "kubelet refused the registration" in d.log(), 5)
+    wait_for("the refusal in the log", lambda: "kubelet refused the registration" in d.log())
     line = next(ln for ln in d.log().splitlines() if "kubelet refused" in ln)
     assert "level=error" in line and 'error="plugin version v9 not supported"' in line
 
@@ -90,10 +90,10 @@ def test_the_ready_file_exists_only_while_registered_with_the_kubelet(start_driv
     d = start_driver("--ready-file", str(ready))
     assert not ready.exists()  # removed at start, not created before the kubelet says so
     d.notify(True)
-    wait_for("the ready file", ready.exists, 5, log=d.log)
+    wait_for("the ready file", ready.exists, log=d.log)
     # With this container's mark, which the chart's probe compares (the driver and the
     # test share a PID namespace, so its first process).
-    wait_for("the mark in the ready file", lambda: ready.read_text() == container_mark(), 5)
+    wait_for("the mark in the ready file", lambda: ready.read_text() == container_mark())
     assert ready.read_text().isdigit()
     assert d.stop(signal.SIGTERM) == 0
     assert not ready.exists()

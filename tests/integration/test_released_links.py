@@ -46,7 +46,7 @@ def test_the_host_end_goes_a_moment_after_the_answer(api, start_driver, ns, pod)
     claim, _ = _prepared_and_taken(fake, d, ns, pod)
     assert answer(d.unprepare([claim]), claim).error == ""
     assert list(d.state.glob("*.alloc.json")) == []  # released at once
-    wait_for("the host end to be deleted", lambda: links_in(ns) == [], 10, log=d.log)
+    wait_for("the host end to be deleted", lambda: links_in(ns) == [], log=d.log)
     nothing_left(ns, d)
     assert "deleting an unprepared claim's interfaces failed" not in d.log()
 

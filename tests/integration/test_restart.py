@@ -138,7 +138,7 @@ def test_kill_during_prepare_leaks_nothing_after_restart(api, start_driver, ns):
     t = threading.Thread(target=lambda: _ignore(d.prepare, claims), daemon=True)
     t.start()
     # Kill once the batch is under way.
-    wait_for("a record", lambda: list(d.state.glob("*.alloc.json")), 20, interval=0.001, log=d.log)
+    wait_for("a record", lambda: list(d.state.glob("*.alloc.json")), interval=0.001, log=d.log)
     d.stop(signal.SIGKILL)
     t.join(10)
     d = start_driver()

@@ -57,7 +57,7 @@ def test_calls_are_serialised_across_instances(api, start_driver, ns):
         fcntl.flock(lock, fcntl.LOCK_EX)
         for t in threads:
             t.start()
-        wait_for("the four claim GETs", lambda: len(_claim_gets(fake)) == 4, 10, log=a.log)
+        wait_for("the four claim GETs", lambda: len(_claim_gets(fake)) == 4, log=a.log)
         time.sleep(0.5)
         assert links_in(ns) == [] and list(a.state.glob("*.alloc.json")) == []
         assert answers == {}

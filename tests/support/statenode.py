@@ -15,6 +15,7 @@ import pytest
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.kubeapi import ApiError
 from dradriver.claims import reconcile
+from dradriver.claims.budget import CallGate
 from dradriver.claims.ipam import AddressBook
 from dradriver.claims.outcome import Outcome
 from dradriver.claims.prepare import Preparer
@@ -24,6 +25,7 @@ from dradriver.contract.hookspecs import ClaimRef
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import netlink
 from dradriver.kernel.netlink import Route
+from dradriver.kubelet.sockets import SerializeLock
 from dradriver.state import atomicfile, cdi, ipamstore, metadata, recordstore
 from dradriver.state.ipamstore import IpamStore
 from dradriver.state.recordstore import RecordStore
@@ -105,6 +107,8 @@ class Node:
             api=self.api,
             link_deletion_delay=link_deletion_delay,
             metadata_root=self.plugin_dir,
+            # Each Preparer opens the lock file anew: two of them are two instances.
+            gate=CallGate(SerializeLock(self.root / "serialize.lock")),
         )
 
     def start(self) -> Preparer:

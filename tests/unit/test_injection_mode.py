@@ -116,7 +116,7 @@ def test_auto_is_nri_when_the_runtime_accepts_the_plugin(tmp_path, monkeypatch, 
         t = threading.Thread(target=serve, daemon=True)
         t.start()
         assert _choose(tmp_path, monkeypatch, "auto", runtime.path) == ((NRI, True), True)
-        t.join(5)
+        t.join(30)
     line = _mode_line(caplog)
     assert line.mode == "nri" and "auto: the runtime accepted" in line.reason
 
@@ -148,9 +148,9 @@ def test_auto_falls_back_to_cdi_when_the_runtime_never_accepts_the_plugin(
         start = time.monotonic()
         assert _choose(tmp_path, monkeypatch, "auto", runtime.path) == ((CDI, False), False)
         took = time.monotonic() - start
-        t.join(5)
+        t.join(30)
     assert held, "the plugin never connected"
-    assert 0.9 <= took < 5, took  # NRI_REGISTRATION_WAIT is 1 s here
+    assert 0.9 <= took < 20, took  # NRI_REGISTRATION_WAIT is 1 s here: it waited, then gave up
     line = _mode_line(caplog)
     assert line.mode == "cdi" and "did not accept the NRI plugin" in line.reason
 

@@ -102,7 +102,7 @@ def _started(api: _Api, bind: bool = True) -> ClaimPrefetch:
     """Started, with the pod bound (its ADDED event) once the watch is open."""
     p = ClaimPrefetch(api, "node-a", DRIVER, wait_limit=2.0)
     p.start()
-    assert api.watching.wait(5)
+    assert api.watching.wait(30)
     if bind:
         api.events.put({"type": "ADDED", "object": _pod()})
     return p
@@ -132,7 +132,7 @@ def test_a_call_waits_for_the_read_in_flight(api: _Api) -> None:
     api.release.clear()
     p = _started(api)
     try:
-        assert api.started.wait(5), "the read began"
+        assert api.started.wait(30), "the read began"
         threading.Timer(0.2, api.release.set).start()
         assert _take(p) == _claim()
     finally:
@@ -282,7 +282,7 @@ def test_a_calls_claims_are_taken_together_once_their_reads_end(api: _Api) -> No
     try:
         second = _pod(version="21", claims=(REF.name, "app-nic2-q9w8e"))
         api.events.put({"type": "MODIFIED", "object": second})
-        assert api.started.wait(5)
+        assert api.started.wait(30)
         other = _claim(uid=OTHER)
         other["metadata"]["name"] = "app-nic2-q9w8e"
         api.by_name["app-nic2-q9w8e"] = other
@@ -309,7 +309,7 @@ def test_a_kept_claim_and_every_pod_change_are_told_to_the_hooks(api: _Api) -> N
     p.on_pods = changes.append
     p.start()
     try:
-        assert api.watching.wait(5)
+        assert api.watching.wait(30)
         listed = len(changes)
         assert listed >= 1  # the list
         api.events.put({"type": "ADDED", "object": _pod(claims=(REF.name, "theirs"))})

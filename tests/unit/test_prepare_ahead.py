@@ -8,6 +8,7 @@ claim again from the API."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -86,7 +87,7 @@ def test_the_kubelets_call_answers_from_the_claim_prepared_ahead(node: Node) -> 
     preparer, _, ahead = wired(node)
     try:
         ahead.claim_read(claim_ref(), POD)
-        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
         assert mark(preparer) == POD
         links = node.links()
         assert len(links) == 4  # ens1, ens2 and the pair
@@ -111,12 +112,12 @@ def test_a_claim_whose_pod_is_gone_before_the_kubelet_asks_is_released(node: Nod
     preparer, pods, ahead = wired(node)
     try:
         ahead.claim_read(claim_ref(), POD)
-        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
         assert node.links() != before
         pods.pods[POD]["status"]["phase"] = "Failed"  # rejected at admission, say
         ahead.pods_changed({POD})
-        wait_for("released", lambda: counted(ahead, "released") == 1, 5)
-        assert preparer.reaper.drain(5) == 0
+        wait_for("released", lambda: counted(ahead, "released") == 1)
+        assert preparer.reaper.drain(30) == 0
         assert node.links() == before and node.files() == []
     finally:
         ahead.stop()
@@ -127,7 +128,7 @@ def test_a_claim_the_kubelet_asked_for_is_left_to_the_kubelet(node: Node) -> Non
     preparer, pods, ahead = wired(node)
     try:
         ahead.claim_read(claim_ref(), POD)
-        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
         assert prepare_one(preparer).error is None
         assert mark(preparer) is None
         prepared = node.links()
@@ -150,7 +151,7 @@ def test_a_call_for_a_pod_being_deleted_prepares_the_claim_again_from_the_api(
     preparer, pods, ahead = wired(node)
     try:
         ahead.claim_read(claim_ref(), POD)
-        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
         pods.pods[POD]["metadata"]["deletionTimestamp"] = "2026-11-27T00:00:00Z"
         reads = claim_gets(node)
         outcome = prepare_one(preparer)
@@ -174,7 +175,7 @@ def test_a_failed_prepare_ahead_leaves_nothing_and_tells_nobody(node: Node) -> N
     _, _, ahead = wired(node, preparer)
     try:
         ahead.claim_read(claim_ref(), POD)
-        wait_for("failed", lambda: counted(ahead, "failed") == 1, 5)
+        wait_for("failed", lambda: counted(ahead, "failed") == 1)
         assert told == [] and node.links() == before and node.files() == []
         outcome = prepare_one(preparer)  # the kubelet's call says why
         assert outcome.error is not None and "interfaceName" in outcome.error, outcome.error
@@ -190,7 +191,7 @@ def test_a_claim_prepared_ahead_before_a_restart_is_released_when_its_pod_is_gon
     before = node.links()
     _, _, ahead = wired(node)
     ahead.claim_read(claim_ref(), POD)
-    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
     ahead.stop()
     restarted = node.start()
     restarted.ahead.load(restarted.records)
@@ -199,8 +200,8 @@ def test_a_claim_prepared_ahead_before_a_restart_is_released_when_its_pod_is_gon
     try:
         pods.pods.clear()  # the pod went while the driver was down
         again.pods_changed()
-        wait_for("released", lambda: counted(again, "released") == 1, 5)
-        assert restarted.reaper.drain(5) == 0
+        wait_for("released", lambda: counted(again, "released") == 1)
+        assert restarted.reaper.drain(30) == 0
         assert node.links() == before and node.files() == []
     finally:
         again.stop()
@@ -216,7 +217,7 @@ def test_another_instance_releases_a_claim_prepared_ahead_or_hands_it_over(node:
     b, pods_b, ahead_b = wired(node)
     try:
         ahead_a.claim_read(claim_ref(), POD)
-        wait_for("prepared ahead", lambda: counted(ahead_a, "prepared") == 1, 5)
+        wait_for("prepared ahead", lambda: counted(ahead_a, "prepared") == 1)
         assert b.ahead.candidates() == {}
         assert prepare_one(b).error is None  # the kubelet asks B
         assert mark(b) is None and counted(ahead_b, "used") == 1
@@ -230,11 +231,12 @@ def test_another_instance_releases_a_claim_prepared_ahead_or_hands_it_over(node:
         a.ahead.forget(UID)
         ahead_a._take = lambda refs, deadline, abandon: {UID: node.api.fake.claim("default", "c")}
         ahead_a.claim_read(claim_ref(), POD)
-        wait_for("prepared ahead again", lambda: mark(a) == POD, 5)
+        wait_for("prepared ahead again", lambda: counted(ahead_a, "prepared") == 1)
+        assert mark(a) == POD
         del pods_b.pods[POD]
         ahead_b.pods_changed({POD})
-        wait_for("released by B", lambda: counted(ahead_b, "released") == 1, 5)
-        assert b.reaper.drain(5) == 0
+        wait_for("released by B", lambda: counted(ahead_b, "released") == 1)
+        assert b.reaper.drain(30) == 0
         assert node.links() == before and node.files() == []
     finally:
         ahead_a.stop()
@@ -247,7 +249,7 @@ def test_a_repair_after_a_reboot_keeps_the_claim_the_drivers(node: Node) -> None
     preparer, _, ahead = wired(node)
     preparer.lifecycle.boot_id = "boot-1"
     ahead.claim_read(claim_ref(), POD)
-    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
     ahead.stop()
     node.kernel.table = {n: ln for n, ln in node.kernel.table.items() if n in ("ens1", "ens2")}
     restarted = node.preparer()
@@ -266,7 +268,7 @@ def test_the_mark_of_a_prepare_ahead_cut_short_goes(node: Node) -> None:
     add_claim(node, "veth")
     preparer, _, ahead = wired(node)
     ahead.claim_read(claim_ref(), POD)
-    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1, 5)
+    wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
     ahead.stop()
     other = "5a0c6f5e-0000-4000-8000-000000000002"
     preparer.records.mark_ahead(other, POD)  # no record: the journal was never written
@@ -280,3 +282,43 @@ def test_the_mark_of_a_prepare_ahead_cut_short_goes(node: Node) -> None:
     assert restarted.records.ahead_claims() == []
     assert unprepare_one(restarted).error is None
     assert node.files() == []
+
+
+def test_a_pod_that_ends_while_its_claim_is_prepared_ahead_has_it_released(node: Node) -> None:
+    """A rolling update: instance A's prepare ahead is in flight (mark and journal written,
+    interfaces not yet made; the pod index comes with the commit) when the pod ends, and
+    both instances' pod watches see it. B cannot know the claim yet; A looks at the pod
+    again when its prepare ends and releases the claim then, not a retry later; the
+    two never both release it."""
+    add_claim(node, "veth")
+    before = node.links()
+    a, pods_a, ahead_a = wired(node)
+    b, pods_b, ahead_b = wired(node)
+    in_flight, go = threading.Event(), threading.Event()
+    tick = node.steps.tick
+
+    def paused(what: str) -> None:
+        if what.startswith("create veth") and not in_flight.is_set():
+            in_flight.set()
+            assert go.wait(30)
+        tick(what)
+
+    node.steps.tick = paused  # type: ignore[method-assign]
+    try:
+        ahead_a.claim_read(claim_ref(), POD)
+        assert in_flight.wait(30), "A's prepare ahead never reached its interfaces"
+        assert mark(b) == POD and b.records.claims_of_pod(POD) == []
+        for pods in (pods_a, pods_b):
+            del pods.pods[POD]
+        ahead_b.pods_changed({POD})  # B's event: nothing to release yet
+        go.set()
+        wait_for("released by A", lambda: counted(ahead_a, "released") == 1)
+        ahead_b.pods_changed({POD})  # B hears of it once more (a relist, say)
+        ahead_b.stop()
+        assert counted(ahead_a, "prepared") == 1 and counted(ahead_b, "released") == 0
+        assert a.reaper.drain(30) == 0
+        assert node.links() == before and node.files() == []
+    finally:
+        go.set()
+        ahead_a.stop()
+        ahead_b.stop()

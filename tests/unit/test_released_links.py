@@ -31,7 +31,7 @@ def test_the_host_end_of_a_veth_the_pod_took_is_deleted_after_the_answer(node):
     assert preparer.unprepare([claim_ref()])[UID].error is None
     assert outer in node.kernel.table and node.files() == []  # answered; record gone
     assert preparer.reaper.pending() == 1
-    assert preparer.reaper.drain(5) == 0
+    assert preparer.reaper.drain(30) == 0
     assert outer not in node.kernel.table and set(node.kernel.table) == {"ens1", "ens2"}
 
 
@@ -65,7 +65,7 @@ def test_a_claim_prepared_again_before_the_deletion_keeps_its_new_links(node):
     assert preparer.unprepare([claim_ref()])[UID].error is None
     assert prepare_one(preparer) == first  # the old host end was in the way: replaced
     new = node.kernel.table[outer].index
-    assert preparer.reaper.drain(5) == 0
+    assert preparer.reaper.drain(30) == 0
     assert node.kernel.table[outer].index == new and inner in node.kernel.table
 
 
@@ -77,7 +77,7 @@ def test_a_link_that_is_no_longer_ours_is_left_alone(node):
     _pod_takes(node, inner)
     assert preparer.unprepare([claim_ref()])[UID].error is None
     node.kernel.table[outer].alias = "someone else's"
-    assert preparer.reaper.drain(5) == 0
+    assert preparer.reaper.drain(30) == 0
     assert outer in node.kernel.table
 
 
@@ -94,7 +94,7 @@ def test_the_reaper_waits_for_the_lock_and_gives_up_within_the_drain_bound(node)
         assert outer in node.kernel.table
     finally:
         preparer.gate.lock.release()
-    assert preparer.reaper.drain(5) == 0 and outer not in node.kernel.table
+    assert preparer.reaper.drain(30) == 0 and outer not in node.kernel.table
 
 
 def test_the_background_thread_deletes_when_due(node):

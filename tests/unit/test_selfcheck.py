@@ -276,5 +276,5 @@ def test_the_checks_stop_with_the_driver():
     )
     done.start()
     stop.set()
-    wait_for("the checks to stop", lambda: not done.is_alive(), 5)
+    wait_for("the checks to stop", lambda: not done.is_alive())
     assert api.posted == []  # stopped before the DeviceClass check

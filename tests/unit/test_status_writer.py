@@ -77,7 +77,7 @@ def test_a_failed_write_is_retried_until_it_is_written(writer_of):
     api = _Api(boom, ApiError(409, "Conflict", "c"), ApiError(0, "unreachable", "down"), boom)
     metrics = Metrics()
     writer_of(api, metrics=metrics).submit(_record())
-    wait_for("the status", lambda: "c1" in api.written, 5)
+    wait_for("the status", lambda: "c1" in api.written)
     assert api.count("c1") == 5 and metrics.status_failures._value.get() == 4
     pauses = [b[1] - a[1] for a, b in zip(api.tries, api.tries[1:], strict=False)]
     # Jittered exponential back-off, capped: 0.01, 0.02, 0.04, 0.05 at most, half at least.
@@ -89,12 +89,12 @@ def test_a_write_stops_when_the_claim_is_gone_or_unprepared(writer_of):
     api = _Api(ApiError(404, "NotFound", "gone"))
     writer = writer_of(api)
     writer.submit(_record("gone"))
-    wait_for("the 404", lambda: api.count("gone"), 5)
+    wait_for("the 404", lambda: api.count("gone"))
     prepared = {"uid-kept"}
     api.fail_always = ApiError(500, "InternalError", "boom")
     writer = writer_of(api, still_prepared=lambda uid: uid in prepared)
     writer.submit(_record("kept"))
-    wait_for("two tries", lambda: api.count("kept") >= 2, 5)
+    wait_for("two tries", lambda: api.count("kept") >= 2)
     prepared.clear()  # unprepared: its record is gone
     time.sleep(0.3)
     tries = api.count("kept")
@@ -131,9 +131,9 @@ def test_a_re_prepare_submits_again_unless_this_process_wrote_it(writer_of):
     api = _Api()
     writer = writer_of(api)
     writer.resubmit(_record("c1"))  # a re-prepare after a restart: not written here yet
-    wait_for("the status", lambda: "c1" in api.written, 5)
+    wait_for("the status", lambda: "c1" in api.written)
     writer.resubmit(_record("c1"))
     time.sleep(0.2)
     assert api.count("c1") == 1
     writer.submit(_record("c1"))  # a new prepare always writes
-    wait_for("the second write", lambda: api.count("c1") == 2, 5)
+    wait_for("the second write", lambda: api.count("c1") == 2)

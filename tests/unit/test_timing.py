@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
+
+import pytest
 
 from dradriver.base import timing
 from dradriver.base.timing import OTHER, phase, timed_call
 
+_now = [0.0]
+
+
+def clock_sleep(seconds: float) -> None:
+    """Time passes on the test's clock only: exact, whatever the machine is doing."""
+    _now[0] += seconds
+
+
+@pytest.fixture(autouse=True)
+def _test_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: _now[0]))
+
 
 def test_nested_phases_are_exclusive_and_add_up_to_the_call():
     with timed_call() as clock:
-        time.sleep(0.01)
+        clock_sleep(0.01)
         with phase("kernel"):
-            time.sleep(0.02)
+            clock_sleep(0.02)
             with phase("journal"):
-                time.sleep(0.03)
-            time.sleep(0.02)
+                clock_sleep(0.03)
+            clock_sleep(0.02)
     seconds = clock.seconds
     assert set(seconds) == {OTHER, "kernel", "journal"}
-    assert 0.03 <= seconds["journal"] < 0.06
-    assert 0.04 <= seconds["kernel"] < 0.07  # the journal's time is not the kernel's
-    assert 0.01 <= seconds[OTHER] < 0.04
+    assert seconds["journal"] == pytest.approx(0.03)
+    assert seconds["kernel"] == pytest.approx(0.04)  # the journal's time is not the kernel's
+    assert seconds[OTHER] == pytest.approx(0.01)
     assert abs(sum(seconds.values()) - clock.total) < 1e-9
 
 
@@ -28,8 +42,8 @@ def test_a_phase_entered_twice_accumulates():
     with timed_call() as clock:
         for _ in range(3):
             with phase("specs"):
-                time.sleep(0.005)
-    assert clock.seconds["specs"] >= 0.015
+                clock_sleep(0.005)
+    assert clock.seconds["specs"] == pytest.approx(0.015)
 
 
 def test_a_failing_phase_is_still_closed():
@@ -39,8 +53,8 @@ def test_a_failing_phase_is_still_closed():
                 raise ValueError("boom")
         except ValueError:
             pass
-        time.sleep(0.01)
-    assert clock.seconds[OTHER] >= 0.01  # after the failure, time goes back to "other"
+        clock_sleep(0.01)
+    assert clock.seconds[OTHER] == pytest.approx(0.01)  # after the failure: "other" again
 
 
 def test_without_a_clock_phases_do_nothing():
