@@ -200,6 +200,7 @@ def run(settings: Settings) -> int:
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
+    sandboxes.containers.pods = prefetch.pods  # which claims a pod may name
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
     log_state(report, unusable, metrics)
@@ -224,10 +225,11 @@ def run(settings: Settings) -> int:
     )
     start_status(status, records, report.reprepared_claims)
     publisher.start()
-    prefetch.start()
     # The kubelet is served before the runtime has answered the NRI plugin (a socket
     # round trip, seconds if the runtime is slow): prepares wait for the mode instead.
+    # Prepares ahead too: the pod watch starts only once they would wait.
     preparer.choosing_injection()
+    prefetch.start()
     server.start(settings.healthcheck_port)
     log_startup("serving the kubelet", settings, started)
     preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)

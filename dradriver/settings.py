@@ -216,7 +216,7 @@ def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
         "--healthcheck-port",
         "healthcheck_port",
         -1,
-        "TCP port for grpc.health.v1 on localhost, for liveness probes (-1: off)",
+        "TCP port on 127.0.0.1 of the liveness probe's HTTP endpoint, /healthz (-1: off)",
         type=int,
     )
     flag(

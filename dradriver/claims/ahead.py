@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -44,6 +43,7 @@ log = logging.getLogger(__name__)
 
 BUDGET = 10.0  # longest an ahead prepare or a release waits for the lock
 RETRY = 5.0  # a release that failed (a lock busy past BUDGET, a file error) is tried again
+SWEEP = 600.0  # every mark on disk is looked at this often, besides the pod watch's events
 _NEVER: Future[None] = Future()  # nothing abandons a worker's wait
 
 Pods = Callable[[], Mapping[str, Mapping[str, Any]] | None]  # the pod watch's copy, by UID
@@ -180,7 +180,7 @@ class PrepareAhead:
         self._pods = pods
         self._metrics = metrics
         self._prepare_new = prepare_new
-        self._jobs: queue.SimpleQueue[tuple[float, Callable[[], None]] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._mu = threading.Lock()
         self._releasing: set[str] = set()
         self._stopped = False
@@ -203,12 +203,20 @@ class PrepareAhead:
 
     def pods_changed(self, ended: Iterable[str] = ()) -> None:
         """Release the claims prepared ahead whose pod is done: those this instance
-        knows of, and those indexed under the pods that just `ended` (another instance
-        may have prepared them). The pod watch's hook."""
+        knows of, those indexed under the pods that just `ended`, and every mark on disk
+        (another instance may have prepared them, and a pod may have gone while the
+        watch was relisting). The pod watch's hook, after each event and each list."""
         pods = self._pods()
         if pods is None:
             return  # not in step: nothing can be said of any pod
         candidates = self._preparer.ahead.candidates()
+        try:  # usually no directory at all: one failed listdir
+            for uid in self._preparer.records.ahead_claims():
+                if uid not in candidates and (pod_uid := self._marked(uid)) is not None:
+                    candidates[uid] = pod_uid
+        except OSError as exc:
+            event(log, logging.WARNING, "the marks of claims prepared ahead cannot be read",
+                  error=exc)  # fmt: skip
         for pod_uid in ended:
             try:
                 for uid in self._preparer.records.claims_of_pod(pod_uid):
@@ -225,17 +233,34 @@ class PrepareAhead:
                 self._later(0.0, partial(self._release, uid, pod_uid))
 
     def _later(self, delay: float, job: Callable[[], None]) -> None:
+        """Queue `job` now, or after `delay` seconds on a timer: a job waiting for its
+        time never holds up the jobs behind it."""
         with self._mu:
             if self._stopped:
                 return
             if not self._thread.is_alive():
                 self._thread.start()  # with the first job
-        self._jobs.put((time.monotonic() + delay, job))
+                self._sweep_later()
+        if delay <= 0:
+            self._jobs.put(job)
+            return
+        timer = threading.Timer(delay, self._later, (0.0, job))
+        timer.daemon = True
+        timer.start()
+
+    def _sweep_later(self) -> None:
+        timer = threading.Timer(SWEEP, self._sweep)
+        timer.daemon = True
+        timer.start()
+
+    def _sweep(self) -> None:
+        self._later(0.0, self.pods_changed)
+        with self._mu:
+            if not self._stopped:
+                self._sweep_later()
 
     def _work(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            due, job = item
-            time.sleep(max(0.0, due - time.monotonic()))
+        while (job := self._jobs.get()) is not None:
             try:
                 job()
             except Exception:  # a bug: logged; the worker goes on

@@ -88,6 +88,11 @@ class CallGate:
         """Whether shutdown has begun."""
         return self.abandon.done()
 
+    def busy(self) -> bool:
+        """Whether a call is in flight."""
+        with self._idle:
+            return self._calls > 0
+
     @contextmanager
     def call(self) -> Iterator[None]:
         """Count one call in flight for the duration of the block."""

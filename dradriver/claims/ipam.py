@@ -48,7 +48,8 @@ class AddressBook:
         `lock()` is the prepare lock's context, which the block thread takes to record
         a new block; `refused`: pools this node may not use, and why."""
         self.refused = dict(refused or {})
-        self.pools = {p.name: p for p in pools if p.name not in self.refused}
+        self.every_pool = tuple(pools)  # refused ones too: their ranges are still theirs
+        self.pools = {p.name: p for p in self.every_pool if p.name not in self.refused}
         self.store = store
         self._keeper = BlockKeeper(self, blocks, lock) if blocks is not None else None
         # The prepare lock keeps instances apart; this one the threads of one instance
@@ -63,6 +64,7 @@ class AddressBook:
         `nri`: the claim is prepared in the NRI mode (routes need it)."""
         spec = config.get(FIELD)
         if not isinstance(spec, Mapping):
+            self.outside_pools(config, path)
             return config
         if config.get("ipAddresses"):
             raise ConfigError(
@@ -103,6 +105,24 @@ class AddressBook:
         if routes:
             out["routes"] = routes
         return out
+
+    def outside_pools(self, config: Mapping[str, Any], path: str) -> None:
+        """Refuse a static address inside a pool's ranges (ConfigError naming the field
+        under `path`): the pool may hand it to another claim, on this node or another."""
+        for i, text in enumerate(config.get("ipAddresses") or ()):
+            try:
+                address = ipaddress.ip_interface(str(text)).ip
+            except ValueError:
+                continue  # the handler names a malformed address
+            pool = ipam.pool_holding(self.every_pool, address)
+            if pool is not None:
+                ranges = ", ".join(str(n) for n in pool.ranges)
+                raise ConfigError(
+                    f"{text} is inside address pool {pool.name} ({ranges}), which hands its "
+                    f"addresses to the claims that ask it: take one with ipam: {{pool: "
+                    f"{pool.name}}}, or name an address outside every pool's ranges",
+                    f"{path}.ipAddresses[{i}]",
+                )
 
     def _take(
         self, pool: ipam.Pool, state: PoolState, ref: ClaimRef, key: str, count: int, path: str

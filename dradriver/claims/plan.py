@@ -105,6 +105,9 @@ class Planner:
             if self.addresses is not None and resolved.type == "netdev":
                 nri = injection == NRI
                 config = self.addresses.assign(ref, key, config, f"$.{resolved.type}", nri)
+            elif self.addresses is not None and isinstance(config.get("netdev"), Mapping):
+                # A family's netdev part (combo's RoCE netdev) names static addresses only.
+                self.addresses.outside_pools(config["netdev"], f"$.{resolved.type}.netdev")
             recorded = DeviceRecord(
                 key, device.base_request, device.pool, device.device, device.share_id,
                 resolved.type, resolved.kind, undo={},

@@ -79,6 +79,13 @@ def generated_claims(pod: Mapping[str, Any]) -> list[str]:
     return [str(s["resourceClaimName"]) for s in statuses if s.get("resourceClaimName")]
 
 
+def claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The names of every claim the pod uses: named in its spec, or made from its templates."""
+    refs = (pod.get("spec") or {}).get("resourceClaims") or []
+    named = [str(r["resourceClaimName"]) for r in refs if r.get("resourceClaimName")]
+    return named + generated_claims(pod)
+
+
 def allocated_by(claim: Mapping[str, Any], driver: str) -> bool:
     """Whether any device of the claim's allocation is `driver`'s."""
     allocation = (claim.get("status") or {}).get("allocation") or {}

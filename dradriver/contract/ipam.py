@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,6 +213,11 @@ def _disjoint(pools: list[Pool]) -> None:
                         f"pool {pool.name}.ranges: {network} overlaps {theirs} of pool {other}"
                     )
             seen.append((pool.name, network))
+
+
+def pool_holding(pools: Iterable[Pool], address: Address) -> Pool | None:
+    """The pool whose ranges hold `address` (whether it may hand it out or not), if any."""
+    return next((p for p in pools if any(address in n for n in p.ranges)), None)
 
 
 def collisions(pools: Mapping[str, Pool], node: Sequence[tuple[str, str]]) -> list[str]:

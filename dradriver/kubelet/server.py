@@ -24,6 +24,7 @@ from dradriver.claims.budget import DEFAULT_CALL_BUDGET, call_budget
 from dradriver.claims.outcome import Outcome
 from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef, Device
+from dradriver.kubelet.liveness import Liveness
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -254,7 +255,8 @@ class KubeletServer:
         registration_pb2_grpc.add_RegistrationServicer_to_server(
             _RegistrationService(driver, paths.service, on_registered), self._registration
         )
-        self._tcp_health: grpc.Server | None = None
+        self._gate = preparer.gate
+        self._liveness: Liveness | None = None
 
     def start(self, healthcheck_port: int = -1) -> None:
         """Serve the DRA socket, then register (the kubelet may call at once)."""
@@ -267,12 +269,8 @@ class KubeletServer:
         for name in ("", *DRA_SERVICES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if healthcheck_port >= 0:
-            self._tcp_health = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
-            health_pb2_grpc.add_HealthServicer_to_server(
-                _LivenessService(self.paths), self._tcp_health
-            )
-            self._tcp_health.add_insecure_port(f"[::]:{healthcheck_port}")
-            self._tcp_health.start()
+            self._liveness = Liveness(self.paths, healthcheck_port, self._gate.busy)
+            self._liveness.start()
         self._registration.add_insecure_port(f"unix://{self.paths.registration}")
         self._registration.start()
         event(
@@ -295,29 +293,6 @@ class KubeletServer:
         drain the preparer's gate first so that none is)."""
         self.deregister()
         self._service.stop(grace).wait(grace)
-        if self._tcp_health is not None:
-            self._tcp_health.stop(0)
+        if self._liveness is not None:
+            self._liveness.stop()
         self.paths.service.unlink(missing_ok=True)
-
-
-class _LivenessService(health_pb2_grpc.HealthServicer):
-    """grpc.health.v1 on TCP for liveness probes: SERVING only if both sockets answer."""
-
-    def __init__(self, paths: SocketPaths) -> None:
-        self._paths = paths
-
-    def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
-        status = health_pb2.HealthCheckResponse
-        try:
-            with grpc.insecure_channel(f"unix://{self._paths.registration}") as ch:
-                registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                    registration_pb2.InfoRequest(), timeout=5
-                )
-            with grpc.insecure_channel(f"unix://{self._paths.service}") as ch:
-                dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(
-                    dra_v1_pb2.NodePrepareResourcesRequest(), timeout=5
-                )
-        except grpc.RpcError as exc:
-            event(log, logging.WARNING, "liveness check failed", error=exc)
-            return status(status=status.NOT_SERVING)
-        return status(status=status.SERVING)

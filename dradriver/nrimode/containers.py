@@ -9,16 +9,21 @@ devices still reach the new pod's containers, with their `DRA_CLAIM_<uid>` varia
 the claim and the pod holding it. The runtime fails the container, the kubelet reports
 CreateContainerError with this message on the pod and retries; the holder keeps the
 interfaces. Containers without the variable are answered without reading anything.
+
+The variable is only a hint: a container's own environment can name any claim UID. A
+claim is looked at only when it is in the pod's own namespace and, where the pod watch
+has the pod, one its spec or status names; a refusal names nothing of another namespace.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
+from dradriver.claims.prefetch import claim_names
 from dradriver.state import injection
 from dradriver.state.moves import holder
 from dradriver.state.records import PREPARED
@@ -40,13 +45,21 @@ class ContainerCheck:
     """Refuses containers of a pod that a network claim they use does not serve."""
 
     def __init__(self, records: RecordStore) -> None:
-        """Read the claims' records from `records`."""
+        """Read the claims' records from `records`; `pods` is the pod watch's copy by UID
+        (None: no watch, or not in step)."""
         self.records = records
+        self.pods: Callable[[], Mapping[str, Mapping[str, Any]] | None] = lambda: None
 
     def create_container(self, pod_uid: str, pod: str, container: NewContainer) -> None:
-        """Raise DriverError if a claim the container's environment marks serves another
-        pod than `pod_uid` (`pod`: namespace/name, for the message)."""
-        for uid in injection.claims_in_env(container.env):
+        """Raise DriverError if a claim the container's environment marks, and its pod may
+        use, serves another pod than `pod_uid` (`pod`: namespace/name)."""
+        uids = injection.claims_in_env(container.env)
+        if not uids:
+            return
+        namespace = pod.split("/", 1)[0]
+        known = (self.pods() or {}).get(pod_uid)
+        names = set(claim_names(known)) if known is not None else None
+        for uid in uids:
             try:
                 record = self.records.load(uid)
             except DriverError as exc:  # unusable: reported where the claim is used
@@ -54,6 +67,12 @@ class ContainerCheck:
                 continue
             if record is None or record.phase != PREPARED:
                 continue  # not ours (another driver's name), or not prepared here
+            if record.claim.namespace != namespace or (
+                names is not None and record.claim.name not in names
+            ):
+                event(log, logging.WARNING, "a container names a claim its pod does not use",
+                      claim=uid, pod=pod, pod_uid=pod_uid, container=container.name)  # fmt: skip
+                continue  # a forged variable: the pod cannot use that claim anyway
             held_by = holder(record.placement, record.pod_uids, pod_uid)
             if held_by is None:
                 continue

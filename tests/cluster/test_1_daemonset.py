@@ -30,7 +30,9 @@ def test_one_ready_driver_pod_per_node_its_probe_passing(chart: ChartCluster):
         assert status["ready"] and "running" in status["state"], (node, status)
         assert status["restartCount"] == 0, chart.describe_drivers()
         probe = pod["spec"]["containers"][0]["livenessProbe"]
-        assert probe["grpc"]["port"] == 51515
+        assert probe["httpGet"] == {
+            "host": "127.0.0.1", "path": "/healthz", "port": 51515, "scheme": "HTTP"
+        }  # fmt: skip
         events = chart.api.events(NAMESPACE, pod["metadata"]["name"])
         # (Readiness fails until the kubelet has registered the driver: expected.)
         failed = [e for e in events if e.get("message", "").startswith("Liveness probe failed")]

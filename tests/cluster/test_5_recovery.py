@@ -1,26 +1,34 @@
 """The kubelet's own recovery of the driver: a driver process frozen (SIGSTOP) is
 restarted by its liveness probe, a driver container killed is restarted, a driver pod
 deleted is replaced by the DaemonSet. Each time, on both nodes, a claim prepared before
-keeps its pod's NIC and unprepares cleanly, and a new pod gets one."""
+keeps its pod's NIC and unprepares cleanly, and a new pod gets one. A flood of
+connections to the liveness port restarts nothing."""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from localcluster.helmrelease import NAMESPACE
 from localcluster.namespaces import cgroup_mounts
 from localcluster.podnet import via_exec
 from tests.node.scenario import pod, template
+from tests.support import netns
 from tests.support.waiting import wait_for
 
 from .chart import ChartCluster, driver_container, pinned
 
 # The chart's probe: a failure every 10 s, 3 in a row, each up to 5 s: under a minute.
 PROBE_RESTART = 90.0
+PROBE_PORT = 51515  # the chart's settings.healthcheckPort
 
 
 def driver_pid(chart: ChartCluster, node: str) -> int:
@@ -119,3 +127,42 @@ def test_a_deleted_driver_pod_is_replaced(chart: ChartCluster, kns: str):
         return old not in names and len(names) == 1
 
     _with_disruption(chart, kns, delete, replaced, 90)
+
+
+def test_a_flood_of_connections_to_the_probe_port_restarts_nothing(chart: ChartCluster):
+    """Thousands of idle connections to the liveness port: from another host (the
+    cluster network), refused, the port is on the node's loopback only; from the node
+    itself, taken and dropped while the kubelet's probes go on passing. Over four probe
+    periods the driver stays Ready, is never restarted and no probe fails."""
+    node = chart.node_names[0]
+    lay = chart.node(node).lay
+    pod_name = chart.driver_pod(node)["metadata"]["name"]
+    before = restarts(chart, node)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((lay.node_ip, PROBE_PORT), timeout=5).close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    held: list[socket.socket] = []
+    opened = 0
+    try:
+        with netns.inside(lay.netns):
+            end = time.monotonic() + 45  # the chart's probe: every 10 s
+            while time.monotonic() < end:
+                while len(held) < 2000:
+                    held.append(socket.create_connection(("127.0.0.1", PROBE_PORT), timeout=10))
+                    opened += 1
+                for s in held[:200]:  # the oldest make room for new ones
+                    s.close()
+                del held[:200]
+                time.sleep(1)
+    finally:
+        for s in held:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert opened >= 2000
+    assert restarts(chart, node) == before, chart.describe_drivers()
+    [status] = chart.driver_pod(node)["status"]["containerStatuses"]
+    assert status["ready"], chart.describe_drivers()
+    events = chart.api.events(NAMESPACE, pod_name)
+    failed = [e for e in events if e.get("message", "").startswith("Liveness probe failed")]
+    assert not failed, failed

@@ -487,7 +487,8 @@ def test_optional_objects_and_metrics(helm, tmp_path):
         {"name": "metrics", "containerPort": 9400, "protocol": "TCP"}
     ]
     assert container(docs)["livenessProbe"] == {
-        "grpc": {"port": 6000}, "initialDelaySeconds": 5, "periodSeconds": 20,
+        "httpGet": {"host": "127.0.0.1", "path": "/healthz", "port": 6000},
+        "initialDelaySeconds": 5, "periodSeconds": 20,
         "timeoutSeconds": 5, "failureThreshold": 3,
     }  # fmt: skip
     assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": "10%", "maxUnavailable": 0}

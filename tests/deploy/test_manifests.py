@@ -114,7 +114,7 @@ def test_strict_validation_catches_typos():
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(template, schema_versions()[-1], strict=True)
     ds = copy.deepcopy(daemonset())
-    ds["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["grpc"]["port"] = "x"
+    ds["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, schema_versions()[-1], strict=True)
 
@@ -306,10 +306,10 @@ def test_example_addresses_are_in_the_daemonsets_claim_address_ranges():
         assert any(ip.version == r.version and ip in r for r in ranges), address
 
 
-def test_daemonset_liveness_probe_is_grpc_on_the_healthcheck_port():
+def test_daemonset_liveness_probe_asks_the_loopback_on_the_healthcheck_port():
     probe = driver_container()["livenessProbe"]
-    assert probe["grpc"]["port"] == 51515 == int(env_value("DRA_HEALTHCHECK_PORT") or 0)
-    assert "service" not in probe["grpc"], "the daemon serves the overall (empty) service"
+    assert probe["httpGet"] == {"host": "127.0.0.1", "path": "/healthz", "port": 51515}
+    assert int(env_value("DRA_HEALTHCHECK_PORT") or 0) == 51515
 
 
 def test_daemonset_readiness_probe_tests_the_drivers_ready_file(tmp_path):

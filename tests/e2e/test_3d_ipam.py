@@ -7,6 +7,7 @@ to the pool."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import ipaddress
 import json
 from collections.abc import Iterator
@@ -164,7 +165,19 @@ def test_an_unknown_pool_or_a_pool_beside_addresses_is_refused_at_creation(
             cluster.refusal(kns, _claim_with(both)) or ""
         )
         assert cluster.refusal(kns, _claim_with({"ipam": {"pool": "pods"}})) is None
-        assert cluster.refusal(kns, _claim_with({"ipAddresses": ["203.0.113.9/27"]})) is None
+        # A static address inside the pool: another claim would get it from the pool.
+        inside = _claim_with({"ipAddresses": ["198.51.100.5/24", "203.0.113.9/27"]})
+        assert (
+            "spec.devices.config[].opaque.parameters.netdev.ipAddresses: 203.0.113.9/27 is "
+            "inside an address pool (203.0.113.0/27)"
+        ) in (cluster.refusal(kns, inside) or "")
+        roce = copy.deepcopy(_claim_with({}))
+        roce["spec"]["devices"]["config"][0]["opaque"]["parameters"] = {
+            "type": "combo",
+            "combo": {"netdev": {"ipAddresses": ["203.0.113.30/27"]}},
+        }
+        assert "203.0.113.30/27 is inside an address pool" in (cluster.refusal(kns, roce) or "")
+        assert cluster.refusal(kns, _claim_with({"ipAddresses": ["198.51.100.5/24"]})) is None
         assert (
             cluster.refusal(kns, _claim_with({"ipam": {"pool": "pods"}, "ipAddresses": []})) is None
         )

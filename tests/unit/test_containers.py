@@ -145,3 +145,41 @@ def test_the_holder_is_the_pod_whose_sandbox_has_the_devices():
     assert holder(unnamed, [POD, POD2], POD2) is None
     assert holder(unnamed, [POD], POD2) == POD
     assert holder({}, [], POD2) is None  # nothing known: nothing refused
+
+
+def _pod_object(uid: str, claims: list[str], generated: list[str] | None = None) -> dict:
+    """A pod as the pod watch has it: the claims its spec names, and those made for it."""
+    return {
+        "metadata": {"uid": uid, "namespace": "default"},
+        "spec": {"resourceClaims": [{"name": n, "resourceClaimName": n} for n in claims]},
+        "status": {
+            "resourceClaimStatuses": [{"name": n, "resourceClaimName": n} for n in generated or []]
+        },
+    }
+
+
+def test_a_forged_claim_variable_reads_nothing_of_another_namespace_nor_of_an_unused_claim(node):
+    """A container's own environment can name any claim UID: the check looks only at
+    claims of the pod's namespace that its spec uses, and its refusal never names a
+    claim the pod does not use."""
+    _add_claim(node, "veth")
+    preparer = _preparer(node)
+    _prepare(preparer)
+    sandboxes = _sandboxes(preparer)
+    node.kernel.add_namespace(NETNS)
+    sandboxes.run_pod_sandbox(_pod())
+    forged = (injection.claim_env(UID, "default/c"),)
+    # A pod of another namespace: nothing read, nothing said.
+    elsewhere = PodSandbox("s3", POD2, "spy", "tenant-b", NETNS2)
+    sandboxes.create_container(elsewhere, Container("c3", "app", forged))
+    # A pod of the same namespace whose spec does not use the claim (the pod watch says).
+    sandboxes.containers.pods = lambda: {POD2: _pod_object(POD2, ["mine"])}
+    late = PodSandbox("s2", POD2, "web-2", "default", NETNS2)
+    sandboxes.create_container(late, Container("c2", "side", forged))
+    # One that does use it, by name or from a template: refused, as before.
+    for spec, generated in ((["c"], []), ([], ["c"])):
+        sandboxes.containers.pods = lambda s=spec, g=generated: {POD2: _pod_object(POD2, s, g)}
+        with pytest.raises(DriverError, match=rf"claim default/c \({UID}\) serves pod {POD}"):
+            sandboxes.create_container(late, Container("c2", "side", forged))
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None

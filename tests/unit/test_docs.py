@@ -25,7 +25,12 @@ LANDING_TARGETS = {"unit"}
 TOP_DIRS = {"dradriver", "handlers", "tests", "hack", "deploy", "bench", "kind-node", "docs"}
 LANDING_DIRS = {"localcluster"}
 TOP_FILES = {
-    "Makefile", "Dockerfile", "pyproject.toml", "kind-config.yaml", "README.md", "design.md"
+    "Makefile",
+    "Dockerfile",
+    "pyproject.toml",
+    "kind-config.yaml",
+    "README.md",
+    "design.md",
 }
 # Bare file names (no folder) with these endings must exist somewhere in the repository.
 BARE_SUFFIXES = (".py", ".sh")

@@ -180,6 +180,27 @@ def test_a_bad_ipam_config_is_refused_naming_the_field(node: Node, netdev, messa
     assert set(node.kernel.table) == {"ens1", "ens2"} and node.files() == []
 
 
+def test_a_static_address_inside_a_pool_is_refused_naming_the_field(node: Node):
+    """A claim may not name an address a pool hands out: another claim would get it too.
+    An address outside every pool's ranges is a claim's own."""
+    preparer = node.preparer()
+    taken = _add(node, {"ipam": {"pool": "pods"}})
+    assert preparer.prepare([taken])[taken.uid].error is None  # 198.51.100.131
+    files = node.files()
+    for address in ("198.51.100.131/29", "198.51.100.134/24", "198.51.100.129/29"):
+        ref = _add(node, {"ipAddresses": ["198.51.100.7/24", address]})
+        error = preparer.prepare([ref])[ref.uid].error or ""
+        assert (
+            f"$.netdev.ipAddresses[1]: {address} is inside address pool pods "
+            "(198.51.100.128/29), which hands its addresses to the claims that ask it"
+        ) in error, error
+        assert ref.name in error
+        assert node.files() == files and len(node.kernel.table) == 4  # ens1, ens2, the pair
+    own = _add(node, {"ipAddresses": ["198.51.100.7/24"]})
+    assert preparer.prepare([own])[own.uid].error is None
+    assert list(_addresses(node)) == ["198.51.100.131"]
+
+
 def test_addresses_are_rebuilt_from_the_records_at_start(node: Node):
     ref = _add(node, {"ipam": {"pool": "pods"}})
     assert prepare_one_ref(node, ref) is None

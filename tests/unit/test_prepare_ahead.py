@@ -322,3 +322,41 @@ def test_a_pod_that_ends_while_its_claim_is_prepared_ahead_has_it_released(node:
         go.set()
         ahead_a.stop()
         ahead_b.stop()
+
+
+def test_a_mark_whose_pod_went_during_a_relist_is_released_by_another_instance(
+    node: Node,
+) -> None:
+    """A rolling update: A prepared the claim ahead and stopped; B, started before that,
+    never heard of the claim, and its pod watch relisted while the pod went (no event
+    names it). The list's hook looks at every mark on disk: B releases the claim."""
+    add_claim(node, "veth")
+    before = node.links()
+    _, _, ahead_a = wired(node)
+    b, pods_b, ahead_b = wired(node)
+    try:
+        ahead_a.claim_read(claim_ref(), POD)
+        wait_for("prepared ahead", lambda: counted(ahead_a, "prepared") == 1)
+        ahead_a.stop()
+        assert b.ahead.candidates() == {}
+        pods_b.pods.clear()
+        ahead_b.pods_changed()  # after the relist: no pod ended by an event
+        wait_for("released by B", lambda: counted(ahead_b, "released") == 1)
+        assert b.reaper.drain(30) == 0
+        assert node.links() == before and node.files() == []
+    finally:
+        ahead_b.stop()
+
+
+def test_a_release_waiting_to_be_tried_again_holds_up_no_other_job(node: Node) -> None:
+    """A release that failed is tried again RETRY seconds later, on a timer: a prepare
+    ahead queued meanwhile runs at once."""
+    add_claim(node, "veth")
+    preparer, _, ahead = wired(node)
+    try:
+        ahead._later(3600.0, lambda: None)  # as a failed release's retry
+        ahead.claim_read(claim_ref(), POD)
+        wait_for("prepared ahead", lambda: counted(ahead, "prepared") == 1)
+        assert unprepare_one(preparer).error is None
+    finally:
+        ahead.stop()
