@@ -41,7 +41,13 @@ from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
 from dradriver.nri import NriPlugin
 from dradriver.nrimode.sandboxes import PodSandboxes
-from dradriver.selfcheck import check_allow_lists, check_pools, keep_reporting, reporter_for
+from dradriver.selfcheck import (
+    Reporter,
+    check_allow_lists,
+    check_pools,
+    keep_reporting,
+    reporter_for,
+)
 from dradriver.settings import AUTO_BANDWIDTH, Settings
 from dradriver.state.injection import AUTO
 from dradriver.state.ipamstore import IpamStore
@@ -196,7 +202,7 @@ def run(settings: Settings) -> int:
         failures=FailureEvents(recorder),
         metadata_root=settings.plugin_dir,
         early=prefetch.take,
-        addresses=address_book(settings, api, lock, refused),
+        addresses=address_book(settings, api, lock, refused, reporter),
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
@@ -283,7 +289,11 @@ def start_up(
 
 
 def address_book(
-    settings: Settings, api: KubeApi, lock: SerializeLock, refused: dict[str, str]
+    settings: Settings,
+    api: KubeApi,
+    lock: SerializeLock,
+    refused: dict[str, str],
+    reporter: Reporter,
 ) -> AddressBook | None:
     """The pools of --ipam-pools on this node (None without pools); cluster pools take
     their blocks through Leases in the driver's namespace (--pod-namespace)."""
@@ -293,7 +303,9 @@ def address_book(
     if settings.pod_namespace:
         blocks = Blocks(api, settings.driver_name, settings.pod_namespace, settings.node_name)
     store = IpamStore(settings.state_dir)
-    return AddressBook(settings.ipam_pools, store, blocks, lambda: lock, refused)
+    return AddressBook(
+        settings.ipam_pools, store, blocks, lambda: lock, refused, report=reporter.report
+    )
 
 
 def prepare_ahead(

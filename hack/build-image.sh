@@ -8,13 +8,14 @@
 #   .cache/image/dra-driver.json        the current archive, its image name, key and base
 # The key hashes everything the image takes (the files the Dockerfile copies, the base,
 # the image name, this script): with an archive of that key present nothing is built.
-# Installs nothing: a missing Debian package is an error that names it.
+# Installs the Debian packages it needs when they are missing (as root, with apt-get), as
+# hack/build-node.sh does; IMAGE_APT_INSTALL=0: a missing one is an error that names it.
 #
 #   hack/build-image.sh               build if needed (a no-op when up to date)
 #   hack/build-image.sh --archive     print the current archive's path and exit
 #   hack/build-image.sh --force       rebuild the image even if up to date
 #   hack/build-image.sh --force-base  remake the base too (e.g. for Debian's updates)
-#   hack/build-image.sh --packages    only check the Debian packages
+#   hack/build-image.sh --packages    only check (and install) the Debian packages
 #
 # Environment:
 #   IMAGE=dra-driver:dev  the image's name and tag (docker.io/library/ is added to a
@@ -28,6 +29,7 @@
 #       build's CA bundle while it runs (pip reaches the package index through it); not
 #       part of any layer. Empty: the base's own bundle.
 #   IMAGE_STEP_TIMEOUT=1200  seconds any one step (base, build, export) may take
+#   IMAGE_APT_INSTALL=0   never run apt-get: a missing package is an error that names it
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -70,7 +72,7 @@ for arg in "$@"; do
         --force) FORCE=1 ;;
         --force-base) FORCE=1; FORCE_BASE=1 ;;
         --packages) ONLY_PACKAGES=1 ;;
-        -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-image: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -81,16 +83,9 @@ die() { echo "build-image: $*" >&2; exit 1; }
 # Debian packages: buildah builds; mmdebstrap makes the base (not needed with PYTHON_IMAGE).
 PACKAGES=(buildah)
 [[ -z "${PYTHON_IMAGE:-}" ]] && PACKAGES+=(mmdebstrap debian-archive-keyring)
-missing=()
-for p in "${PACKAGES[@]}"; do
-    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] \
-        || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    echo "build-image: missing Debian packages: ${missing[*]}" >&2
-    echo "build-image: install them with: apt-get install -y --no-install-recommends ${missing[*]}" >&2
-    exit 1
-fi
+# shellcheck source=hack/lib/debian-packages.sh
+source "$ROOT/hack/lib/debian-packages.sh"
+ensure_debian_packages build-image IMAGE_APT_INSTALL "${PACKAGES[@]}"
 [[ "$ONLY_PACKAGES" == 1 ]] && exit 0
 [[ "$(id -u)" == 0 ]] || die "needs root (buildah's chroot isolation and vfs storage; mmdebstrap)"
 if [[ -n "$BUILD_CA" && ! -r "$BUILD_CA" ]]; then

@@ -51,32 +51,9 @@ for arg in "$@"; do
     esac
 done
 
-missing_packages() {
-    local p
-    for p in "${PACKAGES[@]}"; do
-        [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || echo "$p"
-    done
-}
-
-ensure_packages() {
-    local missing
-    missing="$(missing_packages | tr '\n' ' ')"
-    missing="${missing% }"
-    [[ -z "$missing" ]] && return 0
-    if [[ "${NODE_APT_INSTALL:-1}" == 0 || "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null; then
-        echo "build-node: missing Debian packages: $missing" >&2
-        echo "build-node: install them with: apt-get install -y $missing" >&2
-        exit 1
-    fi
-    local t0=$SECONDS
-    echo "build-node: installing Debian packages: $missing"
-    apt-get update -qq
-    # shellcheck disable=SC2086  # one word per package
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-    echo "build-node: packages installed in $((SECONDS - t0))s"
-}
-
-ensure_packages
+# shellcheck source=hack/lib/debian-packages.sh
+source "$ROOT/hack/lib/debian-packages.sh"
+ensure_debian_packages build-node NODE_APT_INSTALL "${PACKAGES[@]}"
 [[ "$ONLY_PACKAGES" == 1 ]] && exit 0
 
 if command -v go >/dev/null 2>&1; then

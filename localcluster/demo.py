@@ -91,10 +91,11 @@ def up(workdir: Path, nodes: int = 2) -> int:
     except ImageUnavailable as e:
         say(f"demo: the driver image cannot be built here, so no DaemonSet: {e}")
         say("demo: falling back to one node with the driver as a host process")
+        why = str(e).strip().splitlines()[-1] if str(e).strip() else "make image failed"
     except NodeUnavailable as e:
         say(f"demo: cannot start a cluster here: {e}")
         return 2
-    return host_process_up(workdir)
+    return host_process_up(workdir, fallback=why)
 
 
 def network_check_with(kubectl: str, mode: str, files: list[Path], timeout: int = 180) -> bool:
@@ -104,8 +105,9 @@ def network_check_with(kubectl: str, mode: str, files: list[Path], timeout: int 
     return subprocess.run(argv, check=False).returncode == 0
 
 
-def host_process_up(workdir: Path) -> int:
-    """The fallback: one node, the driver as a host process; until interrupted."""
+def host_process_up(workdir: Path, fallback: str = "") -> int:
+    """The fallback: one node, the driver as a host process; until interrupted.
+    `fallback`: why the two-node chart demo could not run, repeated at the end."""
     t_start = time.monotonic()
     node = LocalNode(NODE_NAME, workdir)
     try:
@@ -147,6 +149,11 @@ The cluster stays up until Ctrl-C here, or `make demo-down` in another terminal.
   checker:        make network-check CLUSTER=local
   driver log:     {driver.log_path}
   node logs:      {node.lay.logs}/  and {node.lay.controlplane}/*.log""")
+        if fallback:
+            say(
+                "demo: NOTE: this is the fallback, one node with the driver as a host "
+                f"process, not the two-node demo of the image and the chart: {fallback}"
+            )
         while True:
             signal.pause()
     except KeyboardInterrupt:

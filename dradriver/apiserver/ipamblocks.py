@@ -9,16 +9,17 @@ pool and the node, held by the node (`holderIdentity`) and owned by its Node obj
   their blocks return to the pool; never before, so a node that is only unreachable
   keeps its blocks while its pods may still use the addresses.
 API cost: one LIST of the pool's Leases and one CREATE per block taken, nothing per
-address; a node lists its own at start.
+address; a node lists its own at start, and keeps one watch of the driver's block Leases
+(label-selected: an event per block taken or given back anywhere in the cluster).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from dradriver.apiserver.kubeapi import ApiError, segment
+from dradriver.apiserver.kubeapi import ApiError, Watch, segment
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
@@ -39,6 +40,12 @@ class Api(Protocol):
 
     def get_node(self, name: str) -> dict[str, Any]:
         """GET a Node."""
+
+    def list_at(self, path: str, query: Mapping[str, str]) -> tuple[list[dict[str, Any]], str]:
+        """LIST a collection: its objects and the list's resourceVersion."""
+
+    def watch(self, path: str, query: Mapping[str, str], seconds: int) -> Watch:
+        """WATCH a collection from a resourceVersion."""
 
 
 def pool_label(driver: str) -> str:
@@ -77,6 +84,34 @@ class Blocks:
         self._path = LEASES.format(namespace=segment(namespace))
         self._node = node
         self._timeout = timeout
+
+    @property
+    def node(self) -> str:
+        """The node whose blocks these are (a Lease's holder)."""
+        return self._node
+
+    def list_leases(self) -> tuple[list[dict[str, Any]], str]:
+        """The Leases of every pool of the driver, and the list's resourceVersion."""
+        return self._api.list_at(self._path, {"labelSelector": pool_label(self._driver)})
+
+    def watch_leases(self, version: str, seconds: int) -> Watch:
+        """Watch the Leases of every pool of the driver from `version`."""
+        query = {"labelSelector": pool_label(self._driver), "resourceVersion": version}
+        return self._api.watch(self._path, query, seconds)
+
+    def block_of(self, lease: dict[str, Any]) -> tuple[str, int, str] | None:
+        """(pool, block, holder) of a Lease of this driver's blocks; None for another."""
+        labels = (lease.get("metadata") or {}).get("labels") or {}
+        pool = labels.get(pool_label(self._driver))
+        try:
+            index = self._index(lease)
+        except (KeyError, ValueError, IndexError):
+            return None
+        if not isinstance(pool, str) or lease["metadata"]["name"] != lease_name(
+            self._driver, pool, index
+        ):
+            return None
+        return pool, index, str((lease.get("spec") or {}).get("holderIdentity") or "")
 
     def held(self, pool: str) -> list[int]:
         """The blocks of `pool` this node holds, as the API server has them."""

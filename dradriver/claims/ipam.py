@@ -20,6 +20,7 @@ from typing import Any
 from dradriver.apiserver.ipamblocks import Blocks
 from dradriver.base.errors import ConfigError, DriverError
 from dradriver.base.log import event
+from dradriver.claims.blockkeeper import BlockKeeper, Report
 from dradriver.contract import ipam
 from dradriver.contract.hookspecs import ClaimRef
 from dradriver.state.ipamstore import Holder, IpamStore, PoolState
@@ -29,8 +30,6 @@ from dradriver.state.recordstore import RecordStore
 log = logging.getLogger(__name__)
 
 FIELD = "ipam"
-RETRY = 5.0  # seconds before a failed block request is tried again, doubling...
-MAX_RETRY = 300.0  # ...up to this
 
 
 class AddressBook:
@@ -43,15 +42,17 @@ class AddressBook:
         blocks: Blocks | None = None,
         lock: Callable[[], Any] | None = None,
         refused: Mapping[str, str] | None = None,
+        report: Report | None = None,
     ) -> None:
         """`blocks` takes blocks of cluster pools (None: cluster pools cannot be used);
         `lock()` is the prepare lock's context, which the block thread takes to record
-        a new block; `refused`: pools this node may not use, and why."""
+        a new block; `refused`: pools this node may not use, and why; `report(level,
+        reason, message, **fields)` tells the operator (a log line and an Event)."""
         self.refused = dict(refused or {})
         self.every_pool = tuple(pools)  # refused ones too: their ranges are still theirs
         self.pools = {p.name: p for p in self.every_pool if p.name not in self.refused}
         self.store = store
-        self._keeper = BlockKeeper(self, blocks, lock) if blocks is not None else None
+        self._keeper = BlockKeeper(self, blocks, lock, report) if blocks is not None else None
         # The prepare lock keeps instances apart; this one the threads of one instance
         # (an unprepare call's workers release side by side).
         self._mutex = threading.RLock()
@@ -261,6 +262,21 @@ class AddressBook:
                 state.blocks.append(index)
                 self.store.save(state)
 
+    def drop_block(self, pool: str, index: int) -> list[tuple[str, Holder]] | None:
+        """Stop handing out from a block the node no longer holds (under the lock): None
+        if the node's file did not have it, else the addresses claims still hold in it."""
+        network = self.pools[pool].block(index) if pool in self.pools else None
+        with self._mutex:
+            state = self.store.load(pool)
+            if index not in state.blocks:
+                return None
+            state.blocks.remove(index)
+            self.store.save(state)
+        held = state.addresses.items()
+        return sorted(
+            (a, h) for a, h in held if network is not None and ipaddress.ip_address(a) in network
+        )
+
     def needs_block(self, pool: ipam.Pool) -> bool:
         """Whether the node's blocks of a cluster pool have less than half a block free."""
         with self._mutex:
@@ -280,90 +296,3 @@ def pools_named(configs: Iterable[object]) -> list[str]:
         if isinstance(pool, str) and pool not in names:
             names.append(pool)
     return names
-
-
-class BlockKeeper:
-    """One thread that takes blocks of cluster pools when asked (`want`)."""
-
-    def __init__(self, book: AddressBook, blocks: Blocks, lock: Callable[[], Any] | None) -> None:
-        self._book = book
-        self._blocks = blocks
-        self._lock = lock
-        self._wanted: set[str] = set()
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._delay: dict[str, float] = {}  # pool -> seconds before the next retry
-        self._retrying: set[str] = set()  # pools with a retry pending
-
-    def want(self, pool: str) -> None:
-        """Ask for a block of `pool` if the node is short of room (never blocks)."""
-        with self._cond:
-            self._wanted.add(pool)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ipam-blocks", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._wanted:
-                    self._cond.wait()
-                name = self._wanted.pop()
-            try:
-                self._serve(self._book.pools[name])
-            except Exception as exc:  # an API or file error: tried again, less and less often
-                delay = min(2 * self._delay.get(name, RETRY / 2), MAX_RETRY)
-                self._delay[name] = delay
-                event(
-                    log, logging.WARNING, "ipam block not taken", pool=name, error=str(exc),
-                    retry=f"{delay:.0f}s",
-                )  # fmt: skip
-                with self._cond:
-                    if name not in self._retrying:
-                        self._retrying.add(name)
-                        threading.Timer(delay, self._retry, (name,)).start()
-            else:
-                self._delay.pop(name, None)
-
-    def _retry(self, name: str) -> None:
-        with self._cond:
-            self._retrying.discard(name)
-        self.want(name)
-
-    def _serve(self, pool: ipam.Pool) -> None:
-        """Take blocks of `pool` until the node has room (or the pool has none)."""
-        held = set(self._blocks.held(pool.name))  # also those a lost file forgot
-        for lost in sorted(set(self._book.store.load(pool.name).blocks) - held):
-            # A block the file has and the API does not: its Lease went with a Node
-            # object deleted under this node. Taken again, unless another node has it.
-            if self._blocks.take(pool.name, [lost]) == lost:
-                held.add(lost)
-            else:
-                event(
-                    log,
-                    logging.ERROR,
-                    "ipam block lost to another node: its addresses here may be held twice",
-                    pool=pool.name,
-                    block=lost,
-                )
-        with self._locked():
-            self._book.set_blocks(pool.name, held)
-            short = self._book.needs_block(pool)
-        while short:
-            held = set(self._book.store.load(pool.name).blocks)
-            index = self._blocks.take(pool.name, (i for i, _ in pool.blocks() if i not in held))
-            if index is None:
-                event(
-                    log, logging.WARNING, "ipam pool exhausted: every block is held", pool=pool.name
-                )
-                return
-            with self._locked():
-                self._book.add_block(pool.name, index)
-                short = self._book.needs_block(pool)
-            event(log, logging.INFO, "ipam block taken", pool=pool.name, block=index)
-
-    def _locked(self) -> Any:
-        if self._lock is None:
-            return threading.Lock()
-        return self._lock()

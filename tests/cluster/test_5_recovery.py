@@ -138,7 +138,7 @@ def test_a_flood_of_connections_to_the_probe_port_restarts_nothing(chart: ChartC
     lay = chart.node(node).lay
     pod_name = chart.driver_pod(node)["metadata"]["name"]
     before = restarts(chart, node)
-    with pytest.raises(ConnectionRefusedError):
+    with netns.inside(chart.local.netns), pytest.raises(ConnectionRefusedError):
         socket.create_connection((lay.node_ip, PROBE_PORT), timeout=5).close()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))

@@ -125,6 +125,65 @@ def test_claims_on_two_nodes_get_distinct_addresses_from_one_pool(
     assert _blocks(cluster).get(node.name)
 
 
+def test_a_block_lost_while_its_node_was_gone_is_handed_out_by_one_node_only(
+    cluster: Cluster, kns: str, ipam_rbac: None
+) -> None:
+    """Node A's Node object is deleted (the garbage collector takes its Leases) and
+    registered again; node B takes A's block meanwhile. A's driver, which still had room
+    in that block, hears it from its watch of the Leases: it hands out nothing more from
+    the block, names the claims still holding its addresses, and takes a block of its own
+    for the next claim. A hands out no address of the lost block again."""
+    template = veth_template(kns, "pooled-lost")
+    config = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["netdev"]
+    config["ipam"] = {"pool": "pods"}
+    cluster.apply(template)
+    with (
+        another_node(cluster, f"{NODE}-ipam-c") as (a, _),
+        another_node(cluster, f"{NODE}-ipam-d") as (b, _),
+    ):
+        d_a = _start(a)
+        [block] = _blocks(cluster)[a.name]
+        index = block.rsplit("-", 1)[1]
+        cluster.apply(_pinned(claim_pod(kns, "a-0", "pooled-lost"), a.name))
+        claim, _ = prepare_pod(cluster, d_a, cluster.wait_bound(kns, "a-0"))
+        [first] = _ips(cluster, kns, claim["metadata"]["name"])
+        node = cluster.get(f"/api/v1/nodes/{a.name}")
+        cluster.delete(f"/api/v1/nodes/{a.name}")
+        wait_for("the deleted node's Lease to go", lambda: a.name not in _blocks(cluster), 60)
+        d_b = _start(b)  # takes the first free block: A's
+        assert _blocks(cluster)[b.name] == [block]
+        cluster.cp.create_node(a.name)  # registered again (a new UID)
+        assert cluster.get(f"/api/v1/nodes/{a.name}")["metadata"]["uid"] != node["metadata"]["uid"]
+        wait_for(
+            "A's driver to give up the block",
+            lambda: f"ipam block {index} of pool pods lost its Lease" in d_a.log(),
+            30,
+            log=d_a.log,
+        )
+        assert f'claims="{kns}/{claim["metadata"]["name"]} ({first.split("/")[0]})"' in (
+            d_a.log()
+        ), d_a.log()
+        got: dict[str, str] = {}
+        for name, d, node_name in (("a-1", d_a, a.name), ("b-0", d_b, b.name)):
+            cluster.apply(_pinned(claim_pod(kns, name, "pooled-lost"), node_name))
+            [kclaim] = cluster.kubelet_claims(cluster.wait_bound(kns, name))
+            # The kubelet retries while the node takes a block of its own.
+            wait_for(
+                f"{name} prepared",
+                lambda d=d, c=kclaim: not d.prepare([c]).claims[c["metadata"]["uid"]].error,
+                60,
+            )
+            [got[name]] = _ips(cluster, kns, kclaim["metadata"]["name"])
+        lost = ipaddress.ip_network(f"{first.split('/')[0]}/29", strict=False)  # blockSize 8
+        # A hands out nothing more from the block it lost; B, whose block it is now, may
+        # hand out a-0's address again: that is what A's report names.
+        assert ipaddress.ip_interface(got["a-1"]).ip not in lost, got
+        assert ipaddress.ip_interface(got["b-0"]).ip in lost, got
+        assert got["a-1"] != got["b-0"] and got["a-1"] != first
+        blocks = _blocks(cluster)
+        assert not set(blocks[a.name]) & set(blocks[b.name]), blocks
+
+
 def _claim_with(netdev: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",

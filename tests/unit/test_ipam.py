@@ -316,6 +316,53 @@ def test_a_block_whose_lease_went_is_taken_again_or_given_up(tmp_path):
     assert lease_name("dra.example.com", "data", 0) in api.leases
 
 
+def test_a_block_lost_while_the_node_has_room_is_given_up_at_once(tmp_path):
+    """The Lease watch's events: a block of the node's file that another node now holds,
+    or whose Lease was deleted, is handed out from no more, at once (not when the node
+    next runs short), and the claims still holding its addresses are reported."""
+    pool = _pool('{"name": "data", "ranges": ["10.50.0.0/28"], "blockSize": 4}')
+    api = LeaseApi()
+    blocks = Blocks(api, "dra.example.com", "dra-system", "node-a")
+    reports: list[tuple[str, str, dict[str, str]]] = []
+    book = AddressBook(
+        [pool], IpamStore(tmp_path), blocks,
+        report=lambda level, reason, message, **f: reports.append((reason, message, f)),
+    )  # fmt: skip
+    keeper = book._keeper
+    assert keeper is not None
+    wanted: list[str] = []
+    keeper.want = wanted.append  # type: ignore[method-assign]
+    keeper._serve(pool)  # block 0
+    ref = ClaimRef("default", "c", str(uuid.uuid4()))
+    got = book.assign(ref, "k", {"ipam": {"pool": "data", "count": 2}}, "$.netdev")
+    assert got["ipAddresses"] == ["10.50.0.1/28", "10.50.0.2/28"]  # block 0: .0-.3
+    keeper._serve(pool)  # less than half a block left: block 1 too
+    name = lease_name("dra.example.com", "data", 0)
+    mine = api.leases[name]
+    keeper._lease_event("MODIFIED", mine)  # its own Lease: nothing
+    assert IpamStore(tmp_path).load("data").blocks == [0, 1] and reports == []
+    # The Node was deleted and registered again; node-b took block 0 meanwhile.
+    theirs = {**mine, "spec": {"holderIdentity": "node-b"}}
+    keeper._lease_event("ADDED", theirs)
+    assert IpamStore(tmp_path).load("data").blocks == [1]
+    [(reason, message, fields)] = reports
+    assert (
+        reason == "IpamBlockLost" and "ipam block 0 of pool data is held by node node-b" in message
+    )
+    assert fields == {"claims": "default/c (10.50.0.1), default/c (10.50.0.2)"}
+    assert wanted[-1] == "data"
+    other = ClaimRef("default", "d", str(uuid.uuid4()))
+    for _ in range(2):  # never from block 0 again
+        got = book.assign(other, "k", {"ipam": {"pool": "data", "count": 2}}, "$.netdev")
+        assert all(ipaddress.ip_interface(a).ip in pool.block(1) for a in got["ipAddresses"])
+    keeper._lease_event("ADDED", theirs)  # told again: nothing more to give up
+    assert len(reports) == 1
+    # Its own Lease deleted (the Node object was): given up too.
+    keeper._lease_event("DELETED", api.leases[lease_name("dra.example.com", "data", 1)])
+    assert IpamStore(tmp_path).load("data").blocks == []
+    assert "block 1 of pool data lost its Lease" in reports[-1][1]
+
+
 def test_releases_side_by_side_lose_nothing(tmp_path):
     """An unprepare call's workers give back addresses of one pool at the same time."""
     book = AddressBook([_pool('{"name": "data", "ranges": ["10.50.0.0/24"], "scope": "node"}')],
