@@ -171,7 +171,7 @@ def run(settings: Settings) -> int:
     reporter = reporter_for(settings, recorder)
     make_directories(settings)
     check_allow_lists(settings, reporter)
-    refused = check_pools(settings, context, reporter)
+    refused = check_pools(settings, context, reporter, api)
     paths = socket_paths(settings)
     lock = SerializeLock(paths.lock)
     metrics = serve_metrics(settings.metrics_addr)

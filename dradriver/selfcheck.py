@@ -32,6 +32,7 @@ ALLOW_LISTS = {
 }
 DEVICE_CLASS_DELAY = 10.0  # seconds after start: helm creates the classes with the pods
 NAG_SECONDS = 30.0  # how often what keeps the driver from working is reported
+SERVICE_CIDRS = "/apis/networking.k8s.io/v1/servicecidrs"
 
 
 class Reporter:
@@ -86,24 +87,53 @@ def check_allow_lists(settings: Settings, reporter: Reporter) -> None:
             )
 
 
-def check_pools(settings: Settings, context: HandlerContext, reporter: Reporter) -> dict[str, str]:
+def cluster_ranges(api: KubeApi, node: str) -> list[tuple[str, str]]:
+    """The cluster's own ranges the driver can read: this node's pod ranges (the Node's
+    spec.podCIDRs) and the Service ranges (ServiceCIDR objects); what cannot be read
+    (RBAC, an older cluster) is left out, logged."""
+    out: list[tuple[str, str]] = []
+    try:
+        spec = api.get_node(node).get("spec") or {}
+        out += [(str(c), "this node's pod range") for c in spec.get("podCIDRs") or ()]
+    except (ApiError, OSError) as exc:
+        event(logger, logging.INFO, "cannot read the node's pod ranges", error=exc)
+    try:
+        items, _ = api.list_at(SERVICE_CIDRS, {})
+        for item in items:
+            cidrs = (item.get("spec") or {}).get("cidrs") or ()
+            out += [(str(c), "the cluster's Service range") for c in cidrs]
+    except (ApiError, OSError) as exc:
+        event(logger, logging.INFO, "cannot read the cluster's Service ranges", error=exc)
+    return out
+
+
+def check_pools(
+    settings: Settings, context: HandlerContext, reporter: Reporter, api: KubeApi | None = None
+) -> dict[str, str]:
     """The pools that could hand out an address this node uses (its own addresses, its
-    routes' gateways, the API server's), each with why: refused on this node, so no
-    claim takes such an address, and reported at start."""
+    routes' gateways, the API server's) or the cluster routes elsewhere (its pod and
+    Service ranges, read from `api`), each with why: refused on this node, so no claim
+    takes such an address, and reported at start."""
     if not settings.ipam_pools:
         return {}
+    refused: dict[str, str] = {}
+    pools = {p.name: p for p in settings.ipam_pools}
+    ranges = cluster_ranges(api, settings.node_name) if api is not None else []
+    for pool, problem in ipam.overlaps(pools, ranges):
+        refused.setdefault(pool, problem)
+        reporter.report(logging.ERROR, "PoolRefused", f"ipam {problem}; refused on this node",
+                        pool=pool)  # fmt: skip
     try:
         view = hostaddr.host_view(context)
     except OSError as exc:
         event(logger, logging.WARNING, "cannot read the node's addresses", error=exc)
-        return {}
+        return refused
     used = [
         (str(network.network_address), what)
         for network, what in view.taken
         if network.prefixlen == network.max_prefixlen
     ]
-    refused: dict[str, str] = {}
-    for problem in ipam.collisions({p.name: p for p in settings.ipam_pools}, used):
+    for problem in ipam.collisions(pools, used):
         pool = problem.split()[1]
         refused.setdefault(pool, problem)
         reporter.report(

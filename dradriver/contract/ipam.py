@@ -220,6 +220,28 @@ def pool_holding(pools: Iterable[Pool], address: Address) -> Pool | None:
     return next((p for p in pools if any(address in n for n in p.ranges)), None)
 
 
+def overlaps(
+    pools: Mapping[str, Pool], cluster: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """(pool, message) for each pool range that overlaps one of the cluster's own ranges
+    (`cluster`: (CIDR, what it is), e.g. the Service range); unparsable CIDRs are skipped."""
+    out = []
+    for pool in pools.values():
+        for text, what in cluster:
+            try:
+                network = ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                continue
+            for own in pool.ranges:
+                if own.version == network.version and own.overlaps(network):
+                    out.append((
+                        pool.name,
+                        f"pool {pool.name}'s range {own} overlaps {what} {network}: a pod would "
+                        "get an address the cluster routes elsewhere; choose another range",
+                    ))  # fmt: skip
+    return out
+
+
 def collisions(pools: Mapping[str, Pool], node: Sequence[tuple[str, str]]) -> list[str]:
     """What of `node` ((address, what it is): the node's own addresses, gateways and
     protected addresses) a pool could hand out: each a message naming pool and address."""

@@ -106,6 +106,49 @@ def test_a_pool_that_could_hand_out_a_node_address_is_named():
     ]  # the pool's own gateway is never handed out
 
 
+def test_a_pool_overlapping_the_clusters_own_ranges_is_named_with_the_range():
+    pools = {"data": _pool(), "v6": _pool('{"name": "v6", "ranges": ["2001:db8::/64"]}')}
+    cluster = [("10.50.0.0/24", "this node's pod range"), ("10.96.0.0/12", "the Service range"),
+               ("fd00::/108", "the Service range"), ("bogus", "nothing")]  # fmt: skip
+    assert ipam.overlaps(pools, cluster) == [
+        (
+            "data",
+            "pool data's range 10.50.0.0/29 overlaps this node's pod range 10.50.0.0/24: a pod "
+            "would get an address the cluster routes elsewhere; choose another range",
+        )
+    ]
+
+
+class _ClusterApi:
+    def __init__(self, node: Any, cidrs: Any) -> None:
+        self.node, self.cidrs = node, cidrs
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        if isinstance(self.node, Exception):
+            raise self.node
+        return {"metadata": {"name": name}, "spec": {"podCIDRs": self.node}}
+
+    def list_at(self, path: str, query: Any) -> tuple[list[dict[str, Any]], str]:
+        assert path == "/apis/networking.k8s.io/v1/servicecidrs"
+        if isinstance(self.cidrs, Exception):
+            raise self.cidrs
+        return [{"spec": {"cidrs": self.cidrs}}], "1"
+
+
+def test_the_clusters_ranges_are_read_where_the_driver_may():
+    from dradriver.selfcheck import cluster_ranges
+
+    api = _ClusterApi(["10.244.1.0/24"], ["10.96.0.0/12", "fd00::/108"])
+    assert cluster_ranges(api, "n1") == [  # type: ignore[arg-type]
+        ("10.244.1.0/24", "this node's pod range"),
+        ("10.96.0.0/12", "the cluster's Service range"),
+        ("fd00::/108", "the cluster's Service range"),
+    ]
+    forbidden = ApiError(403, "Forbidden", "servicecidrs is forbidden")
+    api = _ClusterApi(None, forbidden)  # no pod range (no IPAM controller), no RBAC
+    assert cluster_ranges(api, "n1") == []  # type: ignore[arg-type]
+
+
 # -- claims on a node (the in-memory kernel, real files) -----------------------------------
 
 
