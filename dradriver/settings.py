@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from dradriver.contract import ipam, iprules, macs, naming, quantity
 from dradriver.state import injection
@@ -80,191 +82,118 @@ def env_name(dest: str) -> str:
     return _ENV_OVERRIDES.get(dest, "DRA_" + dest.upper())
 
 
+class Flag(NamedTuple):
+    """One flag: `--name` sets the setting `name` (dashes as underscores)."""
+
+    name: str
+    default: object
+    help: str
+    type: Callable[[str], object] = str
+
+
+# The flags by concern, in the order of the docs' settings table.
+IDENTITY = (
+    Flag("--node-name", None, "name of this node; names the ResourceSlice pool"),
+    Flag("--driver-name", DEFAULT_DRIVER_NAME, "DRA driver name"),
+)
+OFFERED = (  # what the node offers, and where it looks for it
+    Flag("--parent-interfaces", "", "comma-separated host interfaces (globs) offered to "
+         "pods as host-device (default none)"),
+    Flag("--virtual-parents", "", "comma-separated interfaces (globs) that may parent "
+         "macvlan/ipvlan/ipoib (default none)"),
+    Flag("--sriov-pfs", "", "comma-separated physical functions (globs) whose VFs are "
+         "offered (default none)"),
+    Flag("--multus-resource-name", "", "resource name (domain/name) published as "
+         "k8s.cni.cncf.io/resourceName on host NICs and VFs, for Multus (default none)"),
+    Flag("--virtual-slots", 128, "slots capacity of netdev-virtual", int),
+    Flag("--sysfs-root", "/sys", "root of sysfs for device discovery"),
+    Flag("--dev-root", "/dev", "where device nodes live (RDMA character devices)"),
+)  # fmt: skip
+CLAIM_LIMITS = (  # what a claim's config may set
+    Flag("--claim-address-ranges", "", "comma-separated networks (CIDR) claims may take "
+         "ipAddresses from (default none: claims may not set addresses)"),
+    Flag("--macvlan-global-macs", "", "comma-separated globally administered MAC addresses "
+         "a macvlan claim may set (default none: locally administered addresses only)"),
+    Flag("--ipam-pools", "", "address pools claims take addresses from (ipam: {pool: "
+         "<name>}), as a JSON list of {name, ranges, exclude, gateway, routes, scope: "
+         "cluster|node, blockSize}; every range inside --claim-address-ranges (default none)"),
+)  # fmt: skip
+BANDWIDTH = (
+    Flag("--virtual-bandwidth", "", "bandwidth capacity of netdev-virtual in bits per second "
+         "(e.g. 10G), or auto (the link speed of the interface holding the default route "
+         "when the driver starts): what the rate limits of veth claims share (default none: "
+         "no capacity, no limits)"),
+    Flag("--bandwidth-step", "1M", "what a claim's bandwidth request is a multiple of, in "
+         "bits per second"),
+    Flag("--link-bandwidth", "", "bandwidth capacity in bits per second of a host NIC, or of "
+         "the VFs of a PF, whose link speed the kernel does not report (default none: such "
+         "devices offer no bandwidth)"),
+)  # fmt: skip
+# Only `dra-driver run`'s:
+PLACES = (  # the API server, the kubelet, the files, this driver's pod
+    Flag("--kubeconfig", None, "kubeconfig file; in-cluster config when unset"),
+    Flag("--kubelet-registry-dir", "/var/lib/kubelet/plugins_registry",
+         "kubelet plugin registration directory"),
+    Flag("--kubelet-plugins-dir", "/var/lib/kubelet/plugins",
+         "kubelet plugins directory (service socket lives below it)"),
+    Flag("--cdi-dir", "/etc/cdi", "directory for CDI specs"),
+    Flag("--state-dir", None, "allocation records (default <cdi-dir>/<driver>-state)"),
+    Flag("--pod-uid", None, "UID of this driver pod; enables seamless rolling update"),
+    Flag("--pod-name", None, "name of this driver pod: Events about it are recorded"),
+    Flag("--pod-namespace", None, "namespace of this driver pod"),
+)  # fmt: skip
+SERVING = (  # how claims and slices are served
+    Flag("--publish-interval", 60.0, "seconds between ResourceSlice refreshes", float),
+    Flag("--claim-prefetch", "prepare", "read: watch the pods bound to this node and read "
+         "their claims as they are bound, not inside the kubelet's prepare call (needs list "
+         "and watch of pods); prepare: also prepare them then, before the kubelet asks; off: "
+         "neither"),
+    Flag("--device-taint-effect", "NoSchedule", "effect of the taint an unhealthy device "
+         "carries in the ResourceSlice: NoSchedule (no new pods on it), NoExecute (also "
+         "evicts the pods using it), or Off (no taint)"),
+    Flag("--call-budget", 30.0, "most seconds one prepare or unprepare call may take (at "
+         "most 2/3 of the kubelet's deadline); claims not done in time get an error and the "
+         "kubelet retries", float),
+    Flag("--link-deletion-delay", 1.0, "seconds after an unprepare's answer to delete the "
+         "links it released (if the pod's namespace has not taken them with it); keeps the "
+         "kernel's wait off the call", float),
+)  # fmt: skip
+INJECTION = (
+    Flag("--injection", injection.AUTO, "how interfaces reach pods: cdi (CDI netDevices: the "
+         "runtime moves them into the first container that references the claim), nri (the "
+         "driver's NRI plugin moves them into the pod sandbox's namespace: containers may "
+         "restart), auto (nri when the runtime's NRI socket accepts the plugin at start, "
+         "else cdi)"),
+    Flag("--nri-socket", DEFAULT_NRI_SOCKET, "the container runtime's NRI socket "
+         "(containerd: [plugins.'io.containerd.nri.v1.nri'] socket_path)"),
+    Flag("--nri-plugin-index", "10", "two digits: where the runtime calls the driver's NRI "
+         "plugin among its plugins"),
+)  # fmt: skip
+OPERATIONS = (  # what the operator watches
+    Flag("--metrics-addr", None, "host:port for Prometheus metrics (off if unset)"),
+    Flag("--healthcheck-port", -1, "TCP port on 127.0.0.1 of the liveness probe's HTTP "
+         "endpoint, /healthz (-1: off)", int),
+    Flag("--ready-file", None, "file created once the kubelet has registered this instance "
+         "and removed when it stops, for a readiness probe (off if unset)"),
+    Flag("--log-level", "info", "debug, info, warning or error"),
+)  # fmt: skip
+EVERY_COMMAND = (*IDENTITY, *OFFERED, *CLAIM_LIMITS, *BANDWIDTH)
+RUN_ONLY = (*PLACES, *SERVING, *INJECTION, *OPERATIONS)
+
+
 def add_flags(parser: argparse.ArgumentParser, *, run: bool) -> None:
-    """Add the driver's flags to `parser`; `run` adds the ones only the daemon needs."""
-    env = os.environ
-
-    def flag(name: str, dest: str, default: object, help_text: str, **kw: object) -> None:
+    """Add the driver's flags to `parser`; `run` adds the ones only the daemon needs.
+    Each flag's default comes from its environment variable when that is set."""
+    for flag in (*EVERY_COMMAND, *RUN_ONLY) if run else EVERY_COMMAND:
+        dest = flag.name[2:].replace("-", "_")
         var = env_name(dest)
-        value = env.get(var, default)
         parser.add_argument(
-            name,
+            flag.name,
             dest=dest,
-            default=value,
-            help=f"{help_text} (env {var})",
-            **kw,  # type: ignore[arg-type]
+            default=os.environ.get(var, flag.default),
+            help=f"{flag.help} (env {var})",
+            type=flag.type,
         )
-
-    flag("--node-name", "node_name", None, "name of this node; names the ResourceSlice pool")
-    flag("--driver-name", "driver_name", DEFAULT_DRIVER_NAME, "DRA driver name")
-    flag("--sysfs-root", "sysfs_root", "/sys", "root of sysfs for device discovery")
-    flag("--virtual-slots", "virtual_slots", 128, "slots capacity of netdev-virtual", type=int)
-    flag(
-        "--virtual-bandwidth",
-        "virtual_bandwidth",
-        "",
-        "bandwidth capacity of netdev-virtual in bits per second (e.g. 10G), or auto (the "
-        "link speed of the interface holding the default route when the driver starts): "
-        "what the rate limits of veth claims share (default none: no capacity, no limits)",
-    )
-    flag(
-        "--bandwidth-step",
-        "bandwidth_step",
-        "1M",
-        "what a claim's bandwidth request is a multiple of, in bits per second",
-    )
-    flag(
-        "--link-bandwidth",
-        "link_bandwidth",
-        "",
-        "bandwidth capacity in bits per second of a host NIC, or of the VFs of a PF, whose "
-        "link speed the kernel does not report (default none: such devices offer no "
-        "bandwidth)",
-    )
-    flag(
-        "--parent-interfaces",
-        "parent_interfaces",
-        "",
-        "comma-separated host interfaces (globs) offered to pods as host-device (default none)",
-    )
-    flag(
-        "--virtual-parents",
-        "virtual_parents",
-        "",
-        "comma-separated interfaces (globs) that may parent macvlan/ipvlan/ipoib (default none)",
-    )
-    flag(
-        "--sriov-pfs",
-        "sriov_pfs",
-        "",
-        "comma-separated physical functions (globs) whose VFs are offered (default none)",
-    )
-    flag(
-        "--multus-resource-name",
-        "multus_resource_name",
-        "",
-        "resource name (domain/name) published as k8s.cni.cncf.io/resourceName on host NICs "
-        "and VFs, for Multus (default none)",
-    )
-    flag(
-        "--claim-address-ranges",
-        "claim_address_ranges",
-        "",
-        "comma-separated networks (CIDR) claims may take ipAddresses from (default none: "
-        "claims may not set addresses)",
-    )
-    flag(
-        "--ipam-pools",
-        "ipam_pools",
-        "",
-        "address pools claims take addresses from (ipam: {pool: <name>}), as a JSON list of "
-        "{name, ranges, exclude, gateway, routes, scope: cluster|node, blockSize}; every "
-        "range inside --claim-address-ranges (default none)",
-    )
-    flag(
-        "--macvlan-global-macs",
-        "macvlan_global_macs",
-        "",
-        "comma-separated globally administered MAC addresses a macvlan claim may set "
-        "(default none: locally administered addresses only)",
-    )
-    flag("--dev-root", "dev_root", "/dev", "where device nodes live (RDMA character devices)")
-    if not run:
-        return
-    flag("--kubeconfig", "kubeconfig", None, "kubeconfig file; in-cluster config when unset")
-    flag(
-        "--kubelet-registry-dir",
-        "kubelet_registry_dir",
-        "/var/lib/kubelet/plugins_registry",
-        "kubelet plugin registration directory",
-    )
-    flag(
-        "--kubelet-plugins-dir",
-        "kubelet_plugins_dir",
-        "/var/lib/kubelet/plugins",
-        "kubelet plugins directory (service socket lives below it)",
-    )
-    flag("--cdi-dir", "cdi_dir", "/etc/cdi", "directory for CDI specs")
-    flag("--state-dir", "state_dir", None, "allocation records (default <cdi-dir>/<driver>-state)")
-    flag("--pod-uid", "pod_uid", None, "UID of this driver pod; enables seamless rolling update")
-    flag("--pod-name", "pod_name", None, "name of this driver pod: Events about it are recorded")
-    flag("--pod-namespace", "pod_namespace", None, "namespace of this driver pod")
-    flag(
-        "--publish-interval",
-        "publish_interval",
-        60.0,
-        "seconds between ResourceSlice refreshes",
-        type=float,
-    )
-    flag(
-        "--claim-prefetch",
-        "claim_prefetch",
-        "prepare",
-        "read: watch the pods bound to this node and read their claims as they are "
-        "bound, not inside the kubelet's prepare call (needs list and watch of pods); "
-        "prepare: also prepare them then, before the kubelet asks; off: neither",
-    )
-    flag(
-        "--device-taint-effect",
-        "device_taint_effect",
-        "NoSchedule",
-        "effect of the taint an unhealthy device carries in the ResourceSlice: NoSchedule "
-        "(no new pods on it), NoExecute (also evicts the pods using it), or Off (no taint)",
-    )
-    flag("--metrics-addr", "metrics_addr", None, "host:port for Prometheus metrics (off if unset)")
-    flag(
-        "--healthcheck-port",
-        "healthcheck_port",
-        -1,
-        "TCP port on 127.0.0.1 of the liveness probe's HTTP endpoint, /healthz (-1: off)",
-        type=int,
-    )
-    flag(
-        "--ready-file",
-        "ready_file",
-        None,
-        "file created once the kubelet has registered this instance and removed when it "
-        "stops, for a readiness probe (off if unset)",
-    )
-    flag(
-        "--call-budget",
-        "call_budget",
-        30.0,
-        "most seconds one prepare or unprepare call may take (at most 2/3 of the kubelet's "
-        "deadline); claims not done in time get an error and the kubelet retries",
-        type=float,
-    )
-    flag(
-        "--link-deletion-delay",
-        "link_deletion_delay",
-        1.0,
-        "seconds after an unprepare's answer to delete the links it released (if the "
-        "pod's namespace has not taken them with it); keeps the kernel's wait off the call",
-        type=float,
-    )
-    flag("--log-level", "log_level", "info", "debug, info, warning or error")
-    flag(
-        "--injection",
-        "injection",
-        injection.AUTO,
-        "how interfaces reach pods: cdi (CDI netDevices: the runtime moves them into the "
-        "first container that references the claim), nri (the driver's NRI plugin moves "
-        "them into the pod sandbox's namespace: containers may restart), auto (nri when "
-        "the runtime's NRI socket accepts the plugin at start, else cdi)",
-    )
-    flag(
-        "--nri-socket",
-        "nri_socket",
-        DEFAULT_NRI_SOCKET,
-        "the container runtime's NRI socket (containerd: [plugins.'io.containerd.nri.v1.nri'] "
-        "socket_path)",
-    )
-    flag(
-        "--nri-plugin-index",
-        "nri_plugin_index",
-        "10",
-        "two digits: where the runtime calls the driver's NRI plugin among its plugins",
-    )
 
 
 def from_args(args: argparse.Namespace) -> Settings:
