@@ -464,3 +464,29 @@ def test_a_claim_prepared_again_keeps_only_what_its_new_configs_hold(tmp_path):
         [(ref.uid, "new-key"), (other.uid, "old-key")]
     )
     assert new["ipAddresses"] == [f"{a}/24" for a, h in held.items() if h.claim == ref.uid]
+
+
+def test_a_pool_overlapping_the_service_range_is_refused_on_the_node(tmp_path):
+    """check_pools at start: the pool overlapping the Service range is refused, naming the
+    range (its claims fail at prepare with that reason); the other pool serves."""
+    from dradriver.selfcheck import Reporter, check_pools
+    from tests.support.handlers import context
+
+    pools = ipam.parse_pools(
+        '[{"name": "svc", "ranges": ["10.96.8.0/24"]},'
+        ' {"name": "ok", "ranges": ["10.198.18.0/24"]}]'
+    )
+    settings_ = settings.Settings(
+        node_name="n1", ipam_pools=tuple(pools.values()), claim_address_ranges=("10.0.0.0/8",)
+    )
+    api = _ClusterApi(None, ["10.96.0.0/12"])
+    refused = check_pools(settings_, context(), Reporter(None, None), api)  # type: ignore[arg-type]
+    assert refused == {
+        "svc": "pool svc's range 10.96.8.0/24 overlaps the cluster's Service range "
+        "10.96.0.0/12: a pod would get an address the cluster routes elsewhere; choose "
+        "another range"
+    }
+    book = AddressBook(pools.values(), IpamStore(tmp_path), refused=refused)
+    with pytest.raises(DriverError, match=r"overlaps the cluster's Service range 10\.96\.0\.0/12"):
+        book.assign(ClaimRef("default", "c", str(uuid.uuid4())), "k", {"ipam": {"pool": "svc"}},
+                    "$.netdev")  # fmt: skip
