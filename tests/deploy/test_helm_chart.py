@@ -271,7 +271,11 @@ def test_pools_reach_the_driver(helm, tmp_path, monkeypatch):
     ]  # fmt: skip
     [role] = by_kind(docs, "Role")
     assert role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch", "create"]}
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["list", "watch", "create"],
+        }
     ]
     assert by_kind(render(helm), "Role") == []  # no pools: no Role, no variable
     assert "DRA_IPAM_POOLS" not in env_of(render(helm))
