@@ -24,8 +24,21 @@ def _slots(chart: ChartCluster, node: str) -> str | None:
     return ((device.get("capacity") or {}).get("slots") or {}).get("value")
 
 
+def _allocated(chart: ChartCluster) -> list[str]:
+    """Claims of any namespace still allocated (an earlier test's, being deleted)."""
+    return [
+        f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+        for c in chart.api.get("/apis/resource.k8s.io/v1/resourceclaims")["items"]
+        if (c.get("status") or {}).get("allocation")
+    ]
+
+
 @pytest.fixture
 def two_slots(chart: ChartCluster) -> Iterator[None]:
+    # The earlier tests' claims hold slots until the resource claim controller deletes
+    # them: a pod the scheduler found no room for then may wait for its next retry
+    # (minutes) after they are gone. Start from none.
+    wait_for("the earlier tests' claims to be gone", lambda: not _allocated(chart), 120)
     with chart.installed(operator_values(chart.image, virtualSlots=SLOTS)):
         for node in chart.node_names:
             wait_for(
