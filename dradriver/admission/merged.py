@@ -17,7 +17,7 @@ per-config policy and the node rather than risk its cost limit.
 
 from __future__ import annotations
 
-from dradriver.admission import ifrules  # the module, not the package's face
+from dradriver.admission import ifrules
 from dradriver.admission.cel import Translator, concat, key_path, key_set, lit
 from dradriver.admission.fragment import ours
 from dradriver.admission.schema import TypeSpec

@@ -265,16 +265,17 @@ class AddressBook:
     def drop_block(self, pool: str, index: int) -> list[tuple[str, Holder]] | None:
         """Stop handing out from a block the node no longer holds (under the lock): None
         if the node's file did not have it, else the addresses claims still hold in it."""
-        network = self.pools[pool].block(index) if pool in self.pools else None
+        network = self.pools[pool].block(index)
         with self._mutex:
             state = self.store.load(pool)
             if index not in state.blocks:
                 return None
             state.blocks.remove(index)
             self.store.save(state)
-        held = state.addresses.items()
+        if network is None:
+            return []
         return sorted(
-            (a, h) for a, h in held if network is not None and ipaddress.ip_address(a) in network
+            (a, h) for a, h in state.addresses.items() if ipaddress.ip_address(a) in network
         )
 
     def needs_block(self, pool: ipam.Pool) -> bool:

@@ -50,13 +50,15 @@ class ContainerCheck:
         self.records = records
         self.pods: Callable[[], Mapping[str, Mapping[str, Any]] | None] = lambda: None
 
-    def create_container(self, pod_uid: str, pod: str, container: NewContainer) -> None:
-        """Raise DriverError if a claim the container's environment marks, and its pod may
-        use, serves another pod than `pod_uid` (`pod`: namespace/name)."""
+    def create_container(
+        self, pod_uid: str, namespace: str, name: str, container: NewContainer
+    ) -> None:
+        """Raise DriverError if a claim the container's environment marks, and its pod
+        (`namespace`/`name`) may use, serves another pod than `pod_uid`."""
         uids = injection.claims_in_env(container.env)
         if not uids:
             return
-        namespace = pod.split("/", 1)[0]
+        pod = f"{namespace}/{name}"
         known = (self.pods() or {}).get(pod_uid)
         names = set(claim_names(known)) if known is not None else None
         for uid in uids:

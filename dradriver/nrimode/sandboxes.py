@@ -138,7 +138,7 @@ class PodSandboxes:
 
     def create_container(self, pod: Sandbox, container: NewContainer) -> None:
         """Refuse a container that uses a network claim another pod holds."""
-        self.containers.create_container(pod.uid, f"{pod.namespace}/{pod.name}", container)
+        self.containers.create_container(pod.uid, pod.namespace, pod.name, container)
 
     def synchronize(self, pods: Sequence[Sandbox]) -> None:
         """Reconcile the records with the runtime's sandboxes, in the background."""
