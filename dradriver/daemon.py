@@ -89,6 +89,8 @@ def context_of(settings: Settings, api_server: str | None = None) -> HandlerCont
         owner=naming.owner_id(settings.driver_name, os.path.realpath(settings.state_dir)),
         claim_address_ranges=settings.claim_address_ranges,
         protected_addresses=_api_server_address(api_server),
+        cni_bin_dir=settings.cni_bin_dir,
+        cni_plugins=settings.cni_plugins,
     )
 
 
@@ -203,6 +205,8 @@ def run(settings: Settings) -> int:
         metadata_root=settings.plugin_dir,
         early=prefetch.take,
         addresses=address_book(settings, api, lock, refused, reporter),
+        nads=api,
+        nad_namespaces=settings.nad_namespaces,
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
     sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)

@@ -65,6 +65,9 @@ class Settings:
     injection: str = injection.AUTO
     nri_socket: Path = Path(DEFAULT_NRI_SOCKET)
     nri_plugin_index: str = "10"
+    cni_bin_dir: Path = Path("/opt/cni/bin")
+    cni_plugins: tuple[str, ...] = ()
+    nad_namespaces: tuple[str, ...] = ()
 
     @property
     def state_dir(self) -> Path:
@@ -117,6 +120,19 @@ CLAIM_LIMITS = (  # what a claim's config may set
     Flag("--ipam-pools", "", "address pools claims take addresses from (ipam: {pool: "
          "<name>}), as a JSON list of {name, ranges, exclude, gateway, routes, scope: "
          "cluster|node, blockSize}; every range inside --claim-address-ranges (default none)"),
+)  # fmt: skip
+# Debian's containernetworking-plugins minus dhcp (a daemon of its own), portmap and
+# firewall (they change the node's packet filter for every pod).
+DEFAULT_CNI_PLUGINS = (
+    "bandwidth,bridge,host-device,host-local,ipvlan,loopback,macvlan,ptp,sbr,static,tuning,vlan,vrf"
+)
+CNI = (  # claims of type cni (docs/cni.md)
+    Flag("--cni-bin-dir", "/opt/cni/bin", "where the CNI plugins claims run are"),
+    Flag("--cni-plugins", DEFAULT_CNI_PLUGINS, "comma-separated CNI plugins (and IPAM "
+         "plugins) a claim's network may run"),
+    Flag("--nad-namespaces", "", "comma-separated namespaces whose "
+         "NetworkAttachmentDefinitions any claim may name, besides its own namespace's; * "
+         "for every namespace (default none)"),
 )  # fmt: skip
 BANDWIDTH = (
     Flag("--virtual-bandwidth", "", "bandwidth capacity of netdev-virtual in bits per second "
@@ -177,7 +193,7 @@ OPERATIONS = (  # what the operator watches
          "and removed when it stops, for a readiness probe (off if unset)"),
     Flag("--log-level", "info", "debug, info, warning or error"),
 )  # fmt: skip
-EVERY_COMMAND = (*IDENTITY, *OFFERED, *CLAIM_LIMITS, *BANDWIDTH)
+EVERY_COMMAND = (*IDENTITY, *OFFERED, *CLAIM_LIMITS, *CNI, *BANDWIDTH)
 RUN_ONLY = (*PLACES, *SERVING, *INJECTION, *OPERATIONS)
 
 
@@ -247,6 +263,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         "ipam_pools": pools,
         "macvlan_global_macs": global_macs,
         "dev_root": Path(args.dev_root),
+        **_cni_settings(args),
     }
     if hasattr(args, "cdi_dir"):
         values |= {
@@ -269,6 +286,19 @@ def from_args(args: argparse.Namespace) -> Settings:
             **_nri_settings(args),
         }
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
+    """--cni-bin-dir, --cni-plugins and --nad-namespaces, checked: plugin names become
+    file names, namespaces reach URLs."""
+    plugins = split_list(args.cni_plugins)
+    bad = [p for p in plugins if not naming.is_dns_label(p.replace("_", "-").lower())]
+    if bad:
+        raise SystemExit(f"--cni-plugins: {bad[0]!r} is not a plugin's file name")
+    spaces = split_list(args.nad_namespaces)
+    if any(n != "*" and not naming.is_dns_label(n) for n in spaces):
+        raise SystemExit(f"--nad-namespaces: namespace names or *, got {args.nad_namespaces!r}")
+    return {"cni_bin_dir": Path(args.cni_bin_dir), "cni_plugins": plugins, "nad_namespaces": spaces}
 
 
 def _prefetch(value: object) -> str:

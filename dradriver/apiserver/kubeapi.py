@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 RESOURCE_API = "/apis/resource.k8s.io/v1"
+NAD_API = "/apis/k8s.cni.cncf.io/v1"  # Multus's NetworkAttachmentDefinitions
 SLICES = f"{RESOURCE_API}/resourceslices"
 PODS = "/api/v1/pods"
 _TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
@@ -188,6 +189,19 @@ class KubeApi:
         query = {"resourceVersion": version} if version else None
         path = _claim_path(namespace, name)
         result: dict[str, Any] = self.request("GET", path, None, query, timeout=timeout)
+        return result
+
+    def get_network_attachment(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """GET a NetworkAttachmentDefinition (k8s.cni.cncf.io/v1), within `timeout` s."""
+        if not naming.is_dns_label(namespace) or not naming.is_dns_subdomain(name):
+            raise ApiError(0, "Invalid", f"{namespace}/{name} is not a namespace and name")
+        path = (
+            f"{NAD_API}/namespaces/{segment(namespace)}/network-attachment-definitions/"
+            f"{segment(name)}"
+        )
+        result: dict[str, Any] = self.request("GET", path, None, None, timeout=timeout)
         return result
 
     def apply_claim_status(

@@ -30,7 +30,7 @@ from typing import Any
 from dradriver.base.errors import ConfigError, DeviceError, DriverError
 from dradriver.base.log import event
 from dradriver.base.timing import phase
-from dradriver.claims import devicemeta
+from dradriver.claims import attach, devicemeta
 from dradriver.claims.plan import Plan, Planner, recorded_config
 from dradriver.contract import naming
 from dradriver.contract.hookspecs import (
@@ -276,7 +276,7 @@ class ClaimLifecycle:
         self.reaper.delete_later(record.claim.uid, doomed)
 
     def _release(self, record: ClaimRecord) -> None:
-        failures = []
+        failures = self._detach(record)
         for device in reversed(record.devices):
             try:
                 with phase("kernel"):
@@ -388,12 +388,24 @@ class ClaimLifecycle:
         from its record, with nothing placed in any sandbox."""
         for device in record.devices:
             recorded_config(record, device)  # before undoing anything
+        failures = self._detach(record)
+        if failures:
+            raise DriverError("; ".join(failures))
         for device in reversed(record.devices):
             try:
                 self.registry.get(device.type, device.kind).unprepare(device.undo)
             except DriverError as exc:
                 raise DriverError(f"request {device.request}: {exc}") from exc
         return self.prepare_again(record)
+
+    def _detach(self, record: ClaimRecord) -> list[str]:
+        """Detach what the claim's devices made in pod sandboxes (attach.py), saving
+        the record when something was; the failures."""
+        failures = attach.detach_all(self.registry, record)
+        if failures is None:
+            return []
+        self.records.save(record)
+        return failures
 
     def prepare_again(self, record: ClaimRecord) -> ClaimRecord:
         """Make a prepared claim's kernel objects anew from its record (after a reboot)."""

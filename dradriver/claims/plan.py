@@ -14,7 +14,7 @@ from typing import Any
 
 from dradriver.apiserver.inventory import Inventory
 from dradriver.base.errors import ClaimError, ConfigError, DeviceError, DriverError
-from dradriver.claims import resolution
+from dradriver.claims import attachments, resolution
 from dradriver.claims.ipam import AddressBook
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
@@ -87,9 +87,16 @@ class Planner:
         self.registry = registry
         self.addresses = addresses
 
-    def plan(self, ref: ClaimRef, device: resolution.AllocatedDevice, injection: str = CDI) -> Plan:
-        """Resolve and validate one allocated device for the `injection` mode; errors
-        name the request."""
+    def plan(
+        self,
+        ref: ClaimRef,
+        device: resolution.AllocatedDevice,
+        injection: str = CDI,
+        found: attachments.Read | None = None,
+    ) -> Plan:
+        """Resolve and validate one allocated device for the `injection` mode, with the
+        NetworkAttachmentDefinitions the claim's configs name as `found` (attachments.py);
+        errors name the request."""
         with naming_the_request(device.base_request):
             if device.pool != self.context.node_name:
                 raise ClaimError(
@@ -101,7 +108,9 @@ class Planner:
                 raise DeviceError(f"device {device.device} is not published by this node")
             resolved = self.schema.resolve(device.parameters, published)
             key = naming.device_key(device.base_request, device.device, device.share_id)
-            config = resolved.config
+            config = attachments.inline(
+                resolved.config, f"$.{resolved.type}", ref.namespace, found or {}
+            )
             if self.addresses is not None and resolved.type == "netdev":
                 nri = injection == NRI
                 config = self.addresses.assign(ref, key, config, f"$.{resolved.type}", nri)

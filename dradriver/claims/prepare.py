@@ -26,7 +26,7 @@ from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.base.timing import phase
-from dradriver.claims import resolution
+from dradriver.claims import attachments, resolution
 from dradriver.claims.ahead import AheadBook
 from dradriver.claims.budget import (
     DEFAULT_CALL_BUDGET,
@@ -114,6 +114,8 @@ class Preparer:
         metadata_root: Path | None = None,
         early: Early | None = None,
         addresses: AddressBook | None = None,
+        nads: attachments.AttachmentSource | None = None,
+        nad_namespaces: Sequence[str] = (),
     ) -> None:
         """Wire the collaborators; nothing is read or written yet. `gate` holds the
         serialisation lock (a thread lock alone when none is given); `boot_id` is this
@@ -123,7 +125,8 @@ class Preparer:
         claim whose prepare failed, with its object when it was fetched; `metadata_root`
         holds the claims' device metadata files (None: none are written); `early` has
         claims read before the call (prefetch.py); `addresses` the pools of `ipam`
-        configs (ipam.py)."""
+        configs (ipam.py); `nads` the NetworkAttachmentDefinitions configs name, from
+        the claim's namespace or `nad_namespaces` (attachments.py)."""
         self.context = context
         self.cdi_dir = cdi_dir
         self.records = records
@@ -143,6 +146,8 @@ class Preparer:
             link_deletion_delay,
         )
         self.addresses = addresses
+        self.nads = nads
+        self.nad_namespaces = tuple(nad_namespaces)
         self._planner = Planner(context, inventory, schema, registry, addresses)
         self.lifecycle = ClaimLifecycle(
             context,
@@ -201,6 +206,7 @@ class Preparer:
         taken: dict[tuple[str, str], str] = {}  # (pod UID, container ifname) -> claim
         outcomes: dict[str, Outcome] = {}
         fetched: dict[str, Fetched] = {}
+        found: dict[str, attachments.Read] = {}  # the NADs each claim names, by claim UID
         wanted = [ref for ref in refs if self._needs_claim(ref)]
         if ahead is not None:
             fetched, wanted = {ref.uid: Fetched(ahead[1]) for ref in refs}, []
@@ -212,13 +218,21 @@ class Preparer:
                 todo = [ref for ref in wanted if ref.uid not in fetched]
                 with phase("fetch"):
                     fetched |= self.fetcher.fetch(todo, deadline, gate.abandon)
+                    claims = {u: f.claim for u, f in fetched.items() if u not in found and f.claim}
+                    found |= attachments.for_claims(
+                        self.nads,
+                        claims,
+                        deadline.remaining,
+                        self.nad_namespaces,
+                        self.context.driver_name,
+                    )
                 with phase("lock"):
                     refusal = gate.acquire(deadline)
                 if refusal is not None:
                     break
                 try:
                     wanted = self._prepare_locked(
-                        refs, fetched, taken, outcomes, deadline, ahead and ahead[0]
+                        refs, fetched, found, taken, outcomes, deadline, ahead and ahead[0]
                     )
                 finally:
                     gate.release()
@@ -235,6 +249,7 @@ class Preparer:
         self,
         refs: Sequence[ClaimRef],
         fetched: Mapping[str, Fetched],
+        found: Mapping[str, attachments.Read],
         taken: dict[tuple[str, str], str],
         outcomes: dict[str, Outcome],
         deadline: Deadline,
@@ -255,7 +270,7 @@ class Preparer:
                 outcome = guarded(
                     _operation(ahead_for),
                     ref,
-                    partial(self._prepare, ref, taken, claim, ahead_for),
+                    partial(self._prepare, ref, taken, claim, ahead_for, found.get(ref.uid)),
                     self.metrics,
                 )
             except _NotFetched:
@@ -277,6 +292,7 @@ class Preparer:
         taken: dict[tuple[str, str], str],
         claim: Callable[[], dict[str, Any]],
         ahead_for: str | None = None,
+        nads: attachments.Read | None = None,
     ) -> list[DeviceAnswer]:
         check_uid(ref)
         with phase("records"):
@@ -314,7 +330,7 @@ class Preparer:
             with phase("plan"):
                 resolved = resolution.resolve(claim(), ref, self.context.driver_name)
                 plans = [
-                    self._planner.plan(ref, device, self._injection.value)
+                    self._planner.plan(ref, device, self._injection.value, nads)
                     for device in resolved.devices
                 ]
                 if not plans:

@@ -118,6 +118,7 @@ class HandlerContext:
     `bandwidth` capacity (0: none), shared out in multiples of `bandwidth_step`.
     `link_bandwidth`: the bits per second a host NIC, or the VFs of a PF, offer as
     `bandwidth` when the kernel reports no link speed (0: none).
+    `cni_bin_dir`, `cni_plugins`: where CNI plugins are, and the ones claims may run.
     """
 
     driver_name: str
@@ -135,6 +136,8 @@ class HandlerContext:
     virtual_bandwidth: int = 0
     bandwidth_step: int = 1_000_000
     link_bandwidth: int = 0
+    cni_bin_dir: Path = Path("/opt/cni/bin")
+    cni_plugins: tuple[str, ...] = ()
 
 
 UNKNOWN_DEVICE = ""  # Default.device_kind of a config checked without a device
@@ -287,7 +290,8 @@ class Prepared:
     `pod_interfaces` and `pod_rdma` are what the NRI mode moves into the pod's
     namespace: interfaces (in CDI mode the edits' netDevices say the same to the
     runtime; a handler that leaves them empty gets each netDevice moved as it is) and
-    RDMA devices in exclusive netns mode.
+    RDMA devices in exclusive netns mode. `pod_attach`: the container interface an
+    AttachingHandler makes inside the sandbox itself, instead of any move.
     """
 
     edits: Mapping[str, Any]
@@ -297,6 +301,28 @@ class Prepared:
     host_interfaces: tuple[str, ...] = ()
     pod_interfaces: tuple[PodInterface, ...] = ()
     pod_rdma: tuple[str, ...] = ()
+    pod_attach: str = ""
+
+
+@dataclass(frozen=True)
+class PodSandbox:
+    """A pod sandbox a device is attached in (NRI mode): the runtime's sandbox ID, its
+    network namespace's path (it may be gone by a detach) and its pod."""
+
+    id: str
+    netns: str
+    pod_uid: str
+    pod_namespace: str = ""
+    pod_name: str = ""
+
+
+@dataclass(frozen=True)
+class Attached:
+    """What attaching a device in a sandbox did: `state` (JSON-serialisable, kept in
+    the record and handed back to `detach` and `check`) and what the pod got."""
+
+    state: Mapping[str, Any]
+    network_data: NetworkData | None = None
 
 
 class Handler(Protocol):
@@ -321,6 +347,24 @@ class Handler(Protocol):
 
     def unprepare(self, undo: Mapping[str, Any]) -> None:
         """Undo exactly what `prepare` did; idempotent, tolerant of objects already gone."""
+
+
+class AttachingHandler(Handler, Protocol):
+    """A handler whose devices are made inside each pod sandbox rather than moved in
+    (a CNI network: `Prepared.pod_attach` names the container interface). The NRI mode
+    attaches at RunPodSandbox and detaches when the sandbox stops or goes, or the claim
+    is unprepared; a crash in between is detached at the next start from the record."""
+
+    def attach(self, undo: Mapping[str, Any], sandbox: PodSandbox) -> Attached:
+        """Make the device in the sandbox; on failure undo own partial work and raise."""
+
+    def detach(
+        self, undo: Mapping[str, Any], sandbox: PodSandbox, state: Mapping[str, Any] | None
+    ) -> None:
+        """Undo an attach (`state` None: it may have been cut short); idempotent."""
+
+    def check(self, undo: Mapping[str, Any], sandbox: PodSandbox, state: Mapping[str, Any]) -> None:
+        """Raise if what an attach made is no longer as it made it."""
 
 
 class HandlerSpec:

@@ -8,8 +8,10 @@ from collections.abc import Callable
 
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
+from dradriver.claims import attach
 from dradriver.claims.budget import CallGate, Deadline
 from dradriver.contract.hookspecs import NRI
+from dradriver.contract.registry import HandlerRegistry
 from dradriver.state.moves import SPENT, placed_after
 from dradriver.state.records import PREPARED
 from dradriver.state.recordstore import RecordStore
@@ -23,10 +25,13 @@ def spend_gone(
     known: Callable[[], set[str]],
     wait: float,
     taken_at: float,
+    registry: HandlerRegistry,
 ) -> None:
     """Mark SPENT each NRI placement whose sandbox is not in `known()` (the runtime's
     sandboxes as listed at wall-clock time `taken_at`, read again under the
-    cross-instance lock, waited for up to `wait` s), unless it was made after `taken_at`."""
+    cross-instance lock, waited for up to `wait` s), unless it was made after `taken_at`;
+    a device made in the sandbox is detached (a failure is logged and tried again at the
+    next Synchronize)."""
     for uid in records.claim_uids():
         if gate.draining:
             return
@@ -54,16 +59,21 @@ def spend_gone(
                 fresh = records.load(record.claim.uid)
                 if fresh is None or fresh.phase != PREPARED:
                     continue
-                for key in gone:
-                    where = fresh.placement.get(key)
-                    if (
-                        where
-                        and where.get("sandbox") not in seen
-                        and where.get("state") != SPENT
-                        and not placed_after(where, taken_at)
-                    ):
-                        fresh.placement[key] = {**where, "state": SPENT}
+                lost = [
+                    key
+                    for key in gone
+                    if (where := fresh.placement.get(key))
+                    and where.get("sandbox") not in seen
+                    and where.get("state") != SPENT
+                    and not placed_after(where, taken_at)
+                ]
+                for key in lost:
+                    if key not in fresh.attached:
+                        fresh.placement[key] = {**fresh.placement[key], "state": SPENT}
+                failures = attach.detach_all(registry, fresh, only=lost)
                 records.save(fresh)
+                for failure in failures or ():
+                    event(log, logging.ERROR, "cannot detach", claim=fresh.claim.uid, error=failure)
             except (DriverError, OSError) as exc:
                 event(
                     log, logging.ERROR, "cannot update a record", claim=record.claim.uid, error=exc

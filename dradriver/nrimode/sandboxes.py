@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Protocol
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
+from dradriver.claims import attach
 from dradriver.claims.budget import CallGate, Deadline
 from dradriver.claims.lifecycle import ClaimLifecycle
-from dradriver.contract.hookspecs import NRI
+from dradriver.contract.hookspecs import NRI, PodSandbox
 from dradriver.kernel import netlink
 from dradriver.nrimode import gone, placing
 from dradriver.nrimode.containers import ContainerCheck, NewContainer
@@ -263,18 +264,32 @@ class PodSandboxes:
             if self.status is not None:
                 self.status.submit(record)
             todo = keys
+        made = [k for k in todo if k in record.attached]
+        failures = attach.detach_all(self.lifecycle.registry, record, only=made)  # cut short
+        if failures:
+            self.records.save(record)
+            raise DriverError(f"{_claim(record)}: {'; '.join(failures)}")
         now = time.time()  # a Synchronize snapshot older than this cannot know the sandbox
         for key in todo:
             record.placement[key] = placement(MOVING, pod.id, pod.netns, pod.uid, now)
         self.records.save(record, durable=False)  # the journal: a crash is finished at sync
         for key in todo:
             try:
+                if key in made:
+                    sandbox = PodSandbox(pod.id, pod.netns, pod.uid, pod.namespace, pod.name)
+                    attach.attach(self.lifecycle.registry, record, key, sandbox, now)
+                    continue
                 placing.move_in(record.moves[key], pod.netns)
             except DriverError as exc:
+                for done in made:  # nothing of the claim stays half made in the sandbox
+                    attach.detach_quietly(self.lifecycle.registry, record, done)
+                self.records.save(record)
                 request = key.split("/", 1)[0]
                 raise DriverError(f"{_claim(record)}: request {request}: {exc}") from exc
             record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid, now)
         self.records.save(record)
+        if made and self.status is not None:
+            self.status.submit(record)  # what the pod got is known only now
         event(
             log,
             logging.INFO,
@@ -287,7 +302,10 @@ class PodSandboxes:
 
     def _ready(self, record: ClaimRecord, key: str, sandbox: str) -> bool:
         """Whether a device can move into `sandbox` as it is: on the host as prepared,
-        or part-way into this very sandbox (a journal to finish)."""
+        or part-way into this very sandbox (a journal to finish); one made in the
+        sandbox always can (what an earlier sandbox has of it is detached first)."""
+        if key in record.attached:
+            return True
         where = record.placement.get(key)
         if where is None:
             return all(netlink.find(m.host) is not None for m in record.moves[key] if not m.rdma)
@@ -298,7 +316,8 @@ class PodSandboxes:
     def _stop(self, pod: Sandbox, records: list[ClaimRecord]) -> None:
         failures = []
         for record in records:
-            keys = placed_in(record.placement, pod.id)
+            failures += self._detach(record, pod.id)
+            keys = [k for k in placed_in(record.placement, pod.id) if k not in record.attached]
             back = [k for k in keys if any(m.returns for m in record.moves[k])]
             if back and netlink.netns_exists(pod.netns):
                 for key in back:
@@ -327,12 +346,24 @@ class PodSandboxes:
         return failures
 
     def _remove(self, pod: Sandbox, records: list[ClaimRecord]) -> None:
+        failures = []
         for record in records:
-            keys = placed_in(record.placement, pod.id)
+            failures += self._detach(record, pod.id)
+            keys = [k for k in placed_in(record.placement, pod.id) if k not in record.attached]
             for key in keys:
                 record.placement[key] = {**record.placement[key], "state": SPENT}
             if keys:
                 self.records.save(record)
+        if failures:
+            raise DriverError("; ".join(failures))
+
+    def _detach(self, record: ClaimRecord, sandbox: str) -> list[str]:
+        """Detach what the claim's devices made in `sandbox`; the failures (each stays
+        placed there: unprepare, or the next Synchronize, tries again)."""
+        failures = attach.detach_all(self.lifecycle.registry, record, sandbox)
+        if failures is not None:
+            self.records.save(record)
+        return [f"{_claim(record)}: {f}" for f in failures or ()]
 
     # -- Synchronize ------------------------------------------------------------------------
 
@@ -395,4 +426,6 @@ class PodSandboxes:
             with self._guard:
                 return set(live) | self._started
 
-        gone.spend_gone(self.records, self.gate, known, self.sync_lock_wait, taken_at)
+        gone.spend_gone(
+            self.records, self.gate, known, self.sync_lock_wait, taken_at, self.lifecycle.registry
+        )

@@ -34,6 +34,7 @@ class Move:
     sysctls: tuple[PodSysctl, ...] = ()
     returns: bool = False  # physical: back to the host when the sandbox stops
     rdma: str = ""  # an RDMA device instead of an interface
+    attach: bool = False  # made in the sandbox by its handler (AttachingHandler), not moved
 
     @classmethod
     def of(cls, pod: PodInterface) -> Move:
@@ -44,12 +45,16 @@ class Move:
         """As errors name it."""
         if self.rdma:
             return f"RDMA device {self.rdma}"
+        if self.attach:
+            return f"network {self.container} (made in the pod)"
         return f"interface {self.host} (in the pod: {self.container})"
 
     def to_json(self) -> dict[str, Any]:
         """As stored in a record's `moves`."""
         if self.rdma:
             return {"rdma": self.rdma}
+        if self.attach:
+            return {"attach": True, "container": self.container}
         return {
             "host": self.host,
             "container": self.container,
@@ -64,6 +69,8 @@ class Move:
         """Read a stored move (unknown keys ignored)."""
         if doc.get("rdma"):
             return cls(rdma=str(doc["rdma"]), returns=True)
+        if doc.get("attach"):
+            return cls(container=str(doc["container"]), attach=True)
         return cls(
             host=str(doc["host"]),
             container=str(doc["container"]),
@@ -82,7 +89,10 @@ class Move:
 
 def moves_of(prepared: Prepared) -> list[Move]:
     """What the NRI mode moves for one prepared device: the interfaces its handler
-    described (else each CDI netDevice as it is) and its RDMA devices."""
+    described (else each CDI netDevice as it is) and its RDMA devices; or the one
+    interface its handler makes in the sandbox itself."""
+    if prepared.pod_attach:
+        return [Move(container=prepared.pod_attach, attach=True)]
     pods = list(prepared.pod_interfaces) or [
         PodInterface(str(nd["hostInterfaceName"]), str(nd["name"]))
         for nd in prepared.edits.get("netDevices") or ()
@@ -91,16 +101,24 @@ def moves_of(prepared: Prepared) -> list[Move]:
 
 
 def placement(
-    state: str, sandbox: str, netns: str, pod: str = "", since: float | None = None
+    state: str,
+    sandbox: str,
+    netns: str,
+    pod: str = "",
+    since: float | None = None,
+    attached: str = "",
 ) -> dict[str, str]:
     """A record's placement entry for one device: STATE in (or out of) `sandbox` of the
     pod with UID `pod` (records before 0.2 do not name the pod), since wall-clock time
-    `since` (records before 0.3 do not say)."""
+    `since` (records before 0.3 do not say); `attached`: what its handler's attach
+    returned (Attached.state as JSON text), for a device made in the sandbox."""
     where = {"state": state, "sandbox": sandbox, "netns": netns}
     if pod:
         where["pod"] = pod
     if since is not None:
         where["since"] = f"{since:.6f}"
+    if attached:
+        where["attached"] = attached
     return where
 
 

@@ -154,7 +154,7 @@ class DeviceRecord:
             container_interfaces=list(validated.container_interfaces),
             created_interfaces=list(prepared.created_interfaces) if prepared else [],
             host_interfaces=list(prepared.host_interfaces) if prepared else [],
-            network_data=_network_data(prepared.network_data) if prepared else None,
+            network_data=network_data_json(prepared.network_data) if prepared else None,
         )
 
     def answer(self) -> DeviceAnswer:
@@ -174,7 +174,8 @@ class DeviceRecord:
         return cls(**known, extra={k: v for k, v in doc.items() if k not in _DEVICE_KEYS})
 
 
-def _network_data(nd: NetworkData | None) -> dict[str, Any] | None:
+def network_data_json(nd: NetworkData | None) -> dict[str, Any] | None:
+    """A device's network data as records and claim statuses hold it."""
     if nd is None:
         return None
     return {
@@ -221,6 +222,11 @@ class ClaimRecord:
     pod_claim_name: str | None = None
     consumed: dict[str, dict[str, str]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer formats, kept
+
+    @property
+    def attached(self) -> set[str]:
+        """The devices (by key) their handler makes in the pod sandbox, not moved."""
+        return {k for k, moves in self.moves.items() if any(m.attach for m in moves)}
 
     def answer(self) -> list[DeviceAnswer]:
         """The prepare answer: one entry per device."""

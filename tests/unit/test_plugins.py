@@ -192,7 +192,7 @@ def test_a_plugin_installed_with_an_entry_point_is_loaded_beside_the_builtins(tm
     (tmp_path / "widgetplugin.py").write_text(WIDGET_MODULE)
     _distribution(tmp_path, "widget_plugin", "[dradriver.handlers]\nwidgets = widgetplugin\n")
     got = _table(tmp_path)
-    assert got["plugins"] == ["combo", "netdev", "rdma", "widgets"]
+    assert got["plugins"] == ["cni", "combo", "netdev", "rdma", "widgets"]
     assert "tp" in got["types"] and "widget-0" in got["devices"]
 
 
@@ -211,8 +211,8 @@ def test_a_family_left_out_of_the_entry_points_is_never_imported(tmp_path):
     about = ours.read_text("METADATA") or ours.read_text("PKG-INFO") or ""
     _distribution(tmp_path, "dra_driver", kept, about)
     got = _table(tmp_path)
-    assert got["plugins"] == ["netdev", "rdma"]
-    assert got["families"] == ["netdev", "rdma"]
+    assert got["plugins"] == ["cni", "netdev", "rdma"]
+    assert got["families"] == ["cni", "netdev", "rdma"]
     assert "combo" not in got["types"]
 
 

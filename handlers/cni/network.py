@@ -1,0 +1,162 @@
+"""A CNI network configuration as a claim names it: parsed and checked (pure).
+
+A claim's `cni.config` (or the NetworkAttachmentDefinition's `spec.config` the core
+read for `cni.networkAttachment`) is a network configuration list (`plugins: [...]`)
+or a single plugin's configuration, as JSON text. Each plugin runs with its own
+configuration plus the list's `name` and `cniVersion`, the previous plugin's result as
+`prevResult`, and `runtimeConfig` for the capabilities it declares (CNI spec 1.0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dradriver.base.errors import ConfigError
+
+CNI_PATH = "$.cni"
+MAX_CONFIG_BYTES = 64 * 1024
+MAX_PLUGINS = 8
+# CNI's own rule for network names (libcni ValidateNetworkName): a name reaches
+# host-local's lease directory and the runtime's cache file names.
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+PLUGIN_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,63}$")  # a file in --cni-bin-dir
+VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+# Plugin fields that name a host interface the plugin takes or hangs a link on.
+PARENT_FIELDS = {"macvlan": "master", "ipvlan": "master", "vlan": "master"}
+# host-device's fields that pick a host interface; a claim gives it its allocated one.
+HOST_DEVICE = "host-device"
+HOST_DEVICE_FIELDS = ("device", "hwaddr", "kernelpath", "pciBusID", "deviceID")
+DEVICE_PLUGINS = (HOST_DEVICE, "sriov")
+
+
+@dataclass(frozen=True)
+class Network:
+    """A parsed network configuration list: its name, version and plugins."""
+
+    name: str
+    version: str
+    plugins: tuple[Mapping[str, Any], ...]
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The plugins' types (their binaries' names), in order."""
+        return tuple(str(p["type"]) for p in self.plugins)
+
+    def plugin_config(
+        self,
+        index: int,
+        prev: Mapping[str, Any] | None,
+        runtime: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """What plugin `index` reads on stdin: its own config with the list's name and
+        version, `prevResult` and the runtime config of the capabilities it declares."""
+        conf = dict(self.plugins[index])
+        conf["name"] = self.name
+        conf["cniVersion"] = self.version
+        if prev is not None:
+            conf["prevResult"] = prev
+        caps = conf.get("capabilities")
+        wanted = {k: v for k, v in runtime.items() if isinstance(caps, dict) and caps.get(k)}
+        if wanted:
+            conf["runtimeConfig"] = {**(conf.get("runtimeConfig") or {}), **wanted}
+        return conf
+
+    def to_json(self) -> dict[str, Any]:
+        """As a conflist (kept in the claim's record)."""
+        return {"cniVersion": self.version, "name": self.name, "plugins": list(self.plugins)}
+
+
+def parse(text: str, path: str = f"{CNI_PATH}.config") -> Network:
+    """The network configuration `text` holds; ConfigError naming `path` otherwise."""
+    if len(text.encode()) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"longer than {MAX_CONFIG_BYTES} bytes", path)
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"not a CNI network configuration: not JSON ({exc})", path) from None
+    if not isinstance(doc, dict):
+        raise ConfigError("not a CNI network configuration: not a JSON object", path)
+    if "plugins" in doc:
+        plugins = doc["plugins"]
+        if not isinstance(plugins, list) or not plugins:
+            raise ConfigError("plugins must be a non-empty list of plugin configurations", path)
+    elif "type" in doc:
+        plugins = [{k: v for k, v in doc.items() if k not in ("name", "cniVersion")}]
+    else:
+        raise ConfigError("neither a plugin configuration (type) nor a list (plugins)", path)
+    name, version = doc.get("name"), doc.get("cniVersion")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or len(name) > 200:
+        raise ConfigError(
+            f"name {name!r}: a network needs a name of letters, digits, '_', '.' and '-'",
+            f"{path} name",
+        )
+    if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
+        raise ConfigError(
+            f"cniVersion {version!r}: not a version such as 1.0.0", f"{path} cniVersion"
+        )
+    if len(plugins) > MAX_PLUGINS:
+        raise ConfigError(f"{len(plugins)} plugins; at most {MAX_PLUGINS}", f"{path} plugins")
+    for i, plugin in enumerate(plugins):
+        where = f"{path} plugins[{i}]"
+        if not isinstance(plugin, dict):
+            raise ConfigError("not a JSON object", where)
+        kind = plugin.get("type")
+        if not isinstance(kind, str) or not PLUGIN_RE.fullmatch(kind):
+            raise ConfigError(f"type {kind!r}: not a plugin name", f"{where}.type")
+    return Network(name, version, tuple(plugins))
+
+
+def check_allowed(network: Network, allowed: Sequence[str], path: str) -> None:
+    """Refuse a plugin the operator does not allow (--cni-plugins)."""
+    for i, kind in enumerate(network.types):
+        if kind not in allowed:
+            raise ConfigError(
+                f"plugin {kind} is not allowed on this node (--cni-plugins: "
+                f"{','.join(allowed) or 'none'})",
+                f"{path} plugins[{i}].type",
+            )
+        ipam = network.plugins[i].get("ipam")
+        if isinstance(ipam, dict) and ipam.get("type") is not None:
+            ipam_type = ipam["type"]
+            if not isinstance(ipam_type, str) or ipam_type not in allowed:
+                raise ConfigError(
+                    f"IPAM plugin {ipam_type!r} is not allowed on this node (--cni-plugins: "
+                    f"{','.join(allowed) or 'none'})",
+                    f"{path} plugins[{i}].ipam.type",
+                )
+
+
+def host_interfaces(network: Network) -> list[tuple[str, str]]:
+    """(field path, interface name) of every host interface the plugins hang a link on."""
+    out = []
+    for i, plugin in enumerate(network.plugins):
+        field = PARENT_FIELDS.get(str(plugin["type"]))
+        if field is not None and isinstance(plugin.get(field), str):
+            out.append((f"plugins[{i}].{field}", str(plugin[field])))
+    return out
+
+
+def takes_device(network: Network) -> bool:
+    """Whether a plugin of the list takes a whole host device (host-device, SR-IOV)."""
+    return any(kind in DEVICE_PLUGINS for kind in network.types)
+
+
+def with_device(network: Network, pci: str, ifname: str) -> Network:
+    """The list with the allocated device for the plugins that take one: its PCI
+    address as `deviceID`, as Multus passes it, and for host-device in the field it
+    reads (`pciBusID`, or `device` for a NIC without one); their own picks removed."""
+    plugins = []
+    for plugin in network.plugins:
+        conf = dict(plugin)
+        if conf["type"] in DEVICE_PLUGINS:
+            conf = {k: v for k, v in conf.items() if k not in HOST_DEVICE_FIELDS}
+            if pci:
+                conf["deviceID"] = pci
+            if conf["type"] == HOST_DEVICE:
+                conf["pciBusID" if pci else "device"] = pci or ifname
+        plugins.append(conf)
+    return Network(network.name, network.version, tuple(plugins))

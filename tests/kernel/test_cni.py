@@ -1,0 +1,189 @@
+"""The cni family against Debian's real CNI plugins: ADD into a pod's namespace, DEL, CHECK.
+
+The test's namespace plays the node (the plugins run from the test's thread, so they
+see it as the host), throw-away namespaces play pod sandboxes, and host-local keeps
+its leases in the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.contract.hookspecs import NRI, PodSandbox
+from tests.support import ipjson, netns
+from tests.support.handlers import context, request
+
+pytestmark = [pytest.mark.root, pytest.mark.kind("cni")]
+
+BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+PLUGINS = ("bridge", "host-local", "macvlan", "static", "tuning", "bandwidth", "loopback")
+CTX = context(virtual_parents=("p0",), cni_bin_dir=BIN, cni_plugins=PLUGINS)
+
+if not (BIN / "bridge").exists():
+    pytestmark.append(pytest.mark.skip(reason="containernetworking-plugins is not installed"))
+
+
+@pytest.fixture
+def host(in_ns):
+    """The node: a veth end p0 as a macvlan parent."""
+    netns.ip(in_ns, "link", "add", "p0", "type", "veth", "peer", "name", "q0")
+    netns.ip(in_ns, "link", "set", "p0", "up")
+    return in_ns
+
+
+@pytest.fixture
+def pods():
+    """Up to two namespaces standing for pod sandboxes; deleted after the test."""
+    made = [netns.create("pod"), netns.create("pod")]
+    yield made
+    for name in made:
+        netns.delete(name)
+
+
+def _prepared(config: dict, ctx=CTX, **fields):
+    """Validate and prepare a cni claim in NRI mode, as prepare.py does."""
+    params = {"type": "cni", "cni": {"config": json.dumps(config), **fields}}
+    handler, req = request(params, ctx=ctx)
+    req = dataclasses.replace(req, injection=NRI)
+    validated = handler.validate(req)
+    return handler, validated, handler.prepare(req)
+
+
+def _sandbox(name: str) -> PodSandbox:
+    return PodSandbox(uuid.uuid4().hex, f"/run/netns/{name}", str(uuid.uuid4()), "default", "p")
+
+
+def _addresses(ns: str, ifname: str) -> list[str]:
+    [found] = json.loads(netns.ip(ns, "-j", "-4", "addr", "show", "dev", ifname))
+    return [f"{a['local']}/{a['prefixlen']}" for a in found["addr_info"]]
+
+
+def _names(ns: str) -> list[str]:
+    return [ln.name for ln in ipjson.links(ns)]
+
+
+def _macvlan(data_dir: Path) -> dict:
+    return {
+        "cniVersion": "1.0.0",
+        "name": "macvlan-conf",
+        "plugins": [
+            {
+                "type": "macvlan",
+                "master": "p0",
+                "mode": "bridge",
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.30.0.0/24"}]],
+                    "dataDir": str(data_dir),
+                },
+            }
+        ],
+    }
+
+
+def test_macvlan_with_host_local_reaches_the_pod_and_leaves_nothing(host, pods, tmp_path):
+    handler, validated, prepared = _prepared(_macvlan(tmp_path))
+    assert validated.container_interfaces == ("net1",)
+    assert prepared.pod_attach == "net1" and prepared.edits == {}
+    sandbox = _sandbox(pods[0])
+    attached = handler.attach(prepared.undo, sandbox)
+    [address] = _addresses(pods[0], "net1")
+    assert address.startswith("10.30.0.") and address.endswith("/24")
+    assert attached.network_data is not None
+    assert attached.network_data.ips == (address,)
+    assert attached.network_data.hardware_address == ipjson.link_info(pods[0], "net1")["address"]
+    leases = tmp_path / "macvlan-conf"
+    assert (leases / address.split("/")[0]).read_text().startswith(sandbox.id)
+    handler.check(prepared.undo, sandbox, attached.state)
+    handler.detach(prepared.undo, sandbox, attached.state)
+    assert "net1" not in _names(pods[0])
+    assert not (leases / address.split("/")[0]).exists()
+    handler.detach(prepared.undo, sandbox, attached.state)  # again: nothing left, no error
+
+
+def test_two_pods_on_one_bridge_with_static_addresses_reach_each_other(host, pods):
+    config = {
+        "cniVersion": "1.0.0",
+        "name": "bridge-static",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "drtestbr0",
+                "ipam": {"type": "static"},
+                "capabilities": {"ips": True},
+            },
+            {"type": "tuning", "mtu": 1400},
+        ],
+    }
+    attached = []
+    for pod, ip in zip(pods, ("10.31.0.1/24", "10.31.0.2/24"), strict=True):
+        handler, _, prepared = _prepared(config, ips=[ip])
+        sandbox = _sandbox(pod)
+        attached.append((handler, prepared, sandbox, handler.attach(prepared.undo, sandbox)))
+        assert _addresses(pod, "net1") == [ip]
+        assert ipjson.link_info(pod, "net1")["mtu"] == 1400
+    with netns.inside(pods[1]), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
+        server.bind(("10.31.0.2", 9999))
+        server.settimeout(10)
+        with netns.inside(pods[0]), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+            client.sendto(b"over the bridge", ("10.31.0.2", 9999))
+        data, sender = server.recvfrom(64)
+    assert (data, sender[0]) == (b"over the bridge", "10.31.0.1")
+    for handler, prepared, sandbox, got in attached:
+        handler.detach(prepared.undo, sandbox, got.state)
+    assert all("net1" not in _names(p) for p in pods)
+    # the host ends of the veths went with DEL; the bridge is the plugin's own, left
+    assert json.loads(netns.ip(host, "-j", "link", "show", "master", "drtestbr0")) == []
+
+
+def test_a_plugin_failing_mid_chain_leaves_nothing_and_is_named(host, pods, tmp_path):
+    config = _macvlan(tmp_path)
+    config["plugins"].append({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.no_such_key": "1"}})
+    handler, _, prepared = _prepared(config)
+    with pytest.raises(DeviceError) as err:
+        handler.attach(prepared.undo, _sandbox(pods[0]))
+    assert "plugin tuning (CNI ADD) failed" in str(err.value)
+    assert "no_such_key" in str(err.value)
+    assert "net1" not in _names(pods[0])
+    leases = tmp_path / "macvlan-conf"
+    assert not leases.exists() or [p.name for p in leases.iterdir() if p.name[0].isdigit()] == []
+
+
+def test_check_reports_an_interface_removed_by_hand(host, pods, tmp_path):
+    handler, _, prepared = _prepared(_macvlan(tmp_path))
+    sandbox = _sandbox(pods[0])
+    attached = handler.attach(prepared.undo, sandbox)
+    netns.ip(pods[0], "link", "del", "net1")
+    with pytest.raises(
+        DeviceError, match=r"^network macvlan-conf: plugin macvlan \(CNI CHECK\) failed: .*net1"
+    ):
+        handler.check(prepared.undo, sandbox, attached.state)
+    handler.detach(prepared.undo, sandbox, attached.state)
+
+
+def test_refused_at_prepare_plugin_not_allowed_parent_not_allowed_version_not_spoken(
+    host, tmp_path
+):
+    config = _macvlan(tmp_path)
+    with pytest.raises(ConfigError, match=r"plugin macvlan is not allowed.*--cni-plugins"):
+        _prepared(config, ctx=context(cni_bin_dir=BIN, cni_plugins=("bridge", "host-local")))
+    config["plugins"][0]["master"] = "q0"
+    with pytest.raises(ConfigError, match=r"q0 is not on the operator's list of parent"):
+        _prepared(config)
+    config["plugins"][0]["master"] = "p0"
+    config["cniVersion"] = "9.9.0"
+    with pytest.raises(ConfigError, match=r"cniVersion 9.9.0: plugin macvlan speaks .*1\.0\.0"):
+        _prepared(config)
+    with pytest.raises(ConfigError, match=r"\$\.cni\.config: not a CNI network configuration"):
+        handler, req = request({"type": "cni", "cni": {"config": "{nope"}}, ctx=CTX)
+        handler.validate(dataclasses.replace(req, injection=NRI))
+    with pytest.raises(ConfigError, match=r"needs the NRI injection mode"):
+        handler, req = request({"type": "cni", "cni": {"config": json.dumps(config)}}, ctx=CTX)
+        handler.validate(req)
