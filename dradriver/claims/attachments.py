@@ -148,9 +148,9 @@ def inline(
     ns, name = qualified(value, claim_namespace)
     got = found.get(f"{ns}/{name}")
     if got is None:
-        raise DriverError(f"{path}.{FIELD}: {KIND} {ns}/{name} was not read (a driver bug)")
+        got = DriverError(f"{KIND} {ns}/{name} was not read (a driver bug)")
     if isinstance(got, ConfigError):
         raise ConfigError(got.issues[0][1], f"{path}.{FIELD}")
     if isinstance(got, DriverError):
-        raise DriverError(f"{path}.{FIELD}: {got}")
+        raise ConfigError(str(got), f"{path}.{FIELD}")
     return {**config, FIELD: f"{ns}/{name}", "config": got}

@@ -31,6 +31,8 @@ RES = "/apis/resource.k8s.io/v1"
 _CLAIM = re.compile(rf"^{RES}/namespaces/([^/]+)/resourceclaims/([^/]+)(/status)?$")
 _SLICE = re.compile(rf"^{RES}/resourceslices(?:/([^/]+))?$")
 _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+NADS = "/apis/k8s.cni.cncf.io/v1"
+_NAD = re.compile(rf"^{NADS}/namespaces/([^/]+)/network-attachment-definitions/([^/]+)$")
 PODS = "/api/v1/pods"  # listed and watched (claim prefetch): the fake holds no pods
 
 
@@ -53,6 +55,7 @@ class FakeApi:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.slices: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.nads: dict[tuple[str, str], dict[str, Any]] = {}  # NetworkAttachmentDefinitions
         self.requests: list[tuple[str, str]] = []
         self.drop_consumable_capacity = False
         self.claim_delay = 0.0
@@ -86,6 +89,26 @@ class FakeApi:
         meta.setdefault("resourceVersion", self.next_rv())
         with self.lock:
             self.claims[(meta["namespace"], meta["name"])] = claim
+
+    def add_nad(self, namespace: str, name: str, config: str) -> None:
+        """A NetworkAttachmentDefinition whose spec.config is `config`."""
+        with self.lock:
+            self.nads[(namespace, name)] = {
+                "apiVersion": "k8s.cni.cncf.io/v1",
+                "kind": "NetworkAttachmentDefinition",
+                "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+                "spec": {"config": config},
+            }
+
+    def get_network_attachment(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """GET a NetworkAttachmentDefinition in-process, as the driver's API client does."""
+        path = f"{NADS}/namespaces/{namespace}/network-attachment-definitions/{name}"
+        code, body = self.handle("GET", path, {}, None)
+        if code >= 400:
+            raise ApiError(code, body["reason"], body["message"])
+        return dict(json.loads(json.dumps(body)))
 
     def claim(self, namespace: str, name: str) -> dict[str, Any]:
         with self.lock:
@@ -202,6 +225,12 @@ class FakeApi:
                     "items": [],
                     "metadata": {"resourceVersion": str(self._rv)},
                 }
+            if (m := _NAD.match(path)) and method == "GET":
+                nad = self.nads.get((unquote(m[1]), unquote(m[2])))
+                if nad is None:
+                    message = f'network-attachment-definitions.k8s.cni.cncf.io "{m[2]}" not found'
+                    return 404, status(404, "NotFound", message)
+                return 200, nad
             if (m := _NODE.match(path)) and method == "GET":
                 node = self.nodes.get(unquote(m[1]))
                 return (

@@ -60,6 +60,11 @@ class Claims:
             raise ApiError(code, body["reason"], body["message"])
         return dict(body)
 
+    def get_network_attachment(
+        self, namespace: str, name: str, timeout: float | None = None
+    ) -> dict[str, Any]:
+        return self.fake.get_network_attachment(namespace, name, timeout)
+
 
 @dataclass
 class Node:
@@ -107,6 +112,7 @@ class Node:
             api=self.api,
             link_deletion_delay=link_deletion_delay,
             metadata_root=self.plugin_dir,
+            nads=self.api,
             # Each Preparer opens the lock file anew: two of them are two instances.
             gate=CallGate(SerializeLock(self.root / "serialize.lock")),
         )

@@ -1,0 +1,266 @@
+"""Claims of type cni in the NRI mode, without root: the real Preparer, records, sandbox
+events and cni handler, with a CNI plugin stand-in that speaks the exec protocol
+(tests/support/fakecni.py) and keeps what it makes as files. The real plugins run in
+tests/kernel/test_cni.py and the node tier.
+
+A plugin call is a step like a file write: the driver is made to crash before each, and
+after its restart and the runtime's next move nothing the plugins made is left but what
+the running sandbox holds.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dradriver.handlers.cni import runner
+
+from dradriver.contract.hookspecs import CDI, NRI, ClaimRef
+from dradriver.nri import PodSandbox
+from dradriver.nrimode.sandboxes import PodSandboxes
+from dradriver.state.moves import IN, SPENT
+from tests.support import fakecni
+from tests.support.statenode import POD, UID, Node, claim_object
+
+REF = ClaimRef("default", "c", UID)
+NETNS = "/run/netns/cni-one"
+
+
+@pytest.fixture
+def cni(node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Plugins `first` and `second` in a bin dir; each call is a step of the node."""
+    fakecni.install(tmp_path / "bin", "first", "second")
+    (tmp_path / "made").mkdir()
+    real = runner.call
+
+    def counted(bin_dir: Path, plugin: str, command: str, *args: Any) -> Any:
+        if command != runner.VERSION:
+            node.steps.tick(f"cni {command} {plugin}")
+        return real(bin_dir, plugin, command, *args)
+
+    monkeypatch.setattr(runner, "call", counted)
+    return tmp_path
+
+
+def _network(state: Path, fail: dict[str, str] | None = None) -> str:
+    plugins = [
+        {"type": "first", "stateDir": str(state), "address": "10.99.0.5/24"},
+        {"type": "second", "stateDir": str(state), **(fail or {})},
+    ]
+    return json.dumps({"cniVersion": "1.0.0", "name": "net-a", "plugins": plugins})
+
+
+def _preparer(node: Node, root: Path, injection: str = NRI) -> Any:
+    preparer = node.preparer(cni_bin_dir=root / "bin", cni_plugins=("first", "second"))
+    preparer.injection = injection
+    return preparer
+
+
+def _add(node: Node, cni: dict[str, Any]) -> None:
+    params = {"type": "cni", "cni": {"interfaceName": "net1", **cni}}
+    node.api.fake.add_claim(claim_object(UID, "netdev-virtual", params, True))
+
+
+def _pod(sandbox: str = "s1", netns: str = NETNS) -> PodSandbox:
+    return PodSandbox(sandbox, POD, "p", "default", netns)
+
+
+def _sandboxes(preparer: Any) -> PodSandboxes:
+    return PodSandboxes(preparer.lifecycle, preparer.gate)
+
+
+def _teardown(node: Node, sandboxes: PodSandboxes, pod: PodSandbox) -> None:
+    sandboxes.stop_pod_sandbox(pod)
+    node.kernel.remove_namespace(pod.netns)
+    sandboxes.remove_pod_sandbox(PodSandbox(pod.id, pod.uid, pod.name, pod.namespace, ""))
+
+
+def _made(root: Path) -> list[str]:
+    return fakecni.made(root / "made")
+
+
+def _holds(sandbox: str) -> list[str]:
+    return [f"net-a-{sandbox}-net1-first", f"net-a-{sandbox}-net1-second"]
+
+
+def test_a_sandbox_gets_the_network_and_its_end_deletes_it(node, cni):
+    _add(node, {"config": _network(cni / "made")})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    assert _made(cni) == []  # nothing on the node at prepare
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    assert _made(cni) == _holds("s1")
+    record = preparer.records.load(UID)
+    [(key, where)] = record.placement.items()
+    assert where["state"] == IN and json.loads(where["attached"])["result"]["ips"]
+    [device] = record.devices
+    assert device.network_data == {
+        "interfaceName": "net1",
+        "ips": ["10.99.0.5/24"],
+        "hardwareAddress": "02:00:00:aa:bb:01",
+    }
+    _sandboxes(preparer).run_pod_sandbox(_pod())  # a repeat (another instance): nothing
+    assert _made(cni) == _holds("s1")
+    _teardown(node, _sandboxes(preparer), _pod())
+    assert _made(cni) == []
+    assert preparer.records.load(UID).placement[key]["state"] == SPENT
+    node.kernel.add_namespace(NETNS)  # the pod's next sandbox
+    _sandboxes(preparer).run_pod_sandbox(_pod("s2"))
+    assert _made(cni) == _holds("s2")
+    # The kubelet unprepares while the sandbox is still there: the network goes first.
+    assert preparer.unprepare([REF])[UID].error is None
+    assert _made(cni) == [] and node.files() == []
+
+
+def test_a_plugin_failing_mid_chain_fails_the_sandbox_naming_it_and_leaves_nothing(node, cni):
+    _add(node, {"config": _network(cni / "made", {"fail": "ADD"})})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    with pytest.raises(Exception) as failed:
+        _sandboxes(preparer).run_pod_sandbox(_pod())
+    text = str(failed.value)
+    assert f"claim default/c ({UID})" in text and "network net-a" in text
+    assert "plugin second (CNI ADD) failed: injected failure: second (CNI error code 11)" in text
+    assert _made(cni) == []
+    assert {w["state"] for w in preparer.records.load(UID).placement.values()} == {SPENT}
+    _teardown(node, _sandboxes(preparer), _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert _made(cni) == [] and node.files() == []
+
+
+def test_a_crash_at_any_step_of_run_is_finished_at_the_next_synchronize(node, cni):
+    _add(node, {"config": _network(cni / "made")})
+    assert _preparer(node, cni).prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    start = node.steps.count
+    _sandboxes(_preparer(node, cni)).run_pod_sandbox(_pod())
+    steps = node.steps.count - start
+    _teardown(node, _sandboxes(_preparer(node, cni)), _pod())
+    assert steps >= 4  # journal, two ADDs, commit
+    for step in range(1, steps + 1):
+        node.kernel.add_namespace(NETNS)
+        crashing = _sandboxes(_preparer(node, cni))
+        node.crash_at(step, partial(crashing.run_pod_sandbox, _pod("crashing")))
+        restarted = _sandboxes(node.start())
+        restarted.synchronize([_pod("crashing")])
+        assert restarted.synced.wait(30), step
+        assert _made(cni) == _holds("crashing"), (step, node.steps.log[-8:])
+        _teardown(node, restarted, _pod("crashing"))
+        assert _made(cni) == [], step
+    assert _preparer(node, cni).unprepare([REF])[UID].error is None
+    assert node.files() == []
+
+
+@pytest.mark.parametrize("at", ["stop", "unprepare"])
+def test_a_crash_at_any_step_of_a_delete_is_finished_after_the_restart(node, cni, at):
+    _add(node, {"config": _network(cni / "made")})
+    assert _preparer(node, cni).prepare([REF])[UID].error is None
+
+    def end(preparer: Any) -> None:
+        if at == "stop":
+            _sandboxes(preparer).stop_pod_sandbox(_pod())
+        else:
+            assert preparer.unprepare([REF])[UID].error is None
+
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(_preparer(node, cni)).run_pod_sandbox(_pod())
+    start = node.steps.count
+    end(_preparer(node, cni))
+    steps = node.steps.count - start
+    node.kernel.remove_namespace(NETNS)
+    for step in range(1, steps + 1):
+        if _preparer(node, cni).records.load(UID) is None:
+            assert _preparer(node, cni).prepare([REF])[UID].error is None
+        node.kernel.add_namespace(NETNS)
+        _sandboxes(_preparer(node, cni)).run_pod_sandbox(_pod())
+        node.crash_at(step, partial(end, _preparer(node, cni)))
+        restarted = node.start()
+        if at == "stop":  # the runtime went on without the driver: the sandbox is gone
+            node.kernel.remove_namespace(NETNS)
+            sandboxes = _sandboxes(restarted)
+            sandboxes.synchronize([])
+            assert sandboxes.synced.wait(30), step
+        else:  # the kubelet calls again
+            assert restarted.unprepare([REF])[UID].error is None, step
+            node.kernel.remove_namespace(NETNS)
+        assert _made(cni) == [], (step, node.steps.log[-8:])
+    assert _preparer(node, cni).unprepare([REF])[UID].error is None
+    assert node.files() == []
+
+
+def test_a_sandbox_gone_unseen_is_deleted_at_synchronize(node, cni):
+    _add(node, {"config": _network(cni / "made")})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    node.kernel.remove_namespace(NETNS)  # stopped and removed while the driver was down
+    sandboxes = _sandboxes(_preparer(node, cni))
+    sandboxes.synchronize([])
+    assert sandboxes.synced.wait(30)
+    assert _made(cni) == []
+    assert {w["state"] for w in preparer.records.load(UID).placement.values()} == {SPENT}
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_network_attachment_definition_is_read_once_and_kept(node, cni):
+    node.api.fake.add_nad("default", "net-a", _network(cni / "made"))
+    _add(node, {"networkAttachment": "net-a"})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.api.fake.nads.clear()  # deleted after the prepare: the record has what it said
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    assert _made(cni) == _holds("s1")
+    _teardown(node, _sandboxes(preparer), _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert _made(cni) == [] and node.files() == []
+
+
+@pytest.mark.parametrize(
+    "cni_config, error",
+    [
+        (
+            {"networkAttachment": "missing"},
+            "request nic: config $.cni.networkAttachment: NetworkAttachmentDefinition "
+            "default/missing not found (or its CRD is not installed)",
+        ),
+        (
+            {"networkAttachment": "other/net-a"},
+            "request nic: config $.cni.networkAttachment: NetworkAttachmentDefinition "
+            "other/net-a is in another namespace than the claim's (default); the operator allows none "
+            "(--nad-namespaces)",
+        ),
+        (
+            {"networkAttachment": "net-a", "config": "{}"},
+            "request nic: config $.cni.networkAttachment: either networkAttachment or config, "
+            "not both",
+        ),
+        (
+            {"config": '{"cniVersion": "1.0.0", "name": "x", "type": "bridge"}'},
+            "request nic: config $.cni.config plugins[0].type: plugin bridge is not allowed on "
+            "this node (--cni-plugins: first,second)",
+        ),
+    ],
+    ids=["unknown", "other-namespace", "both", "not-allowed"],
+)
+def test_bad_input_is_refused_at_prepare_naming_the_field(node, cni, cni_config, error):
+    node.api.fake.add_nad("other", "net-a", _network(cni / "made"))
+    _add(node, cni_config)
+    outcome = _preparer(node, cni).prepare([REF])[UID]
+    assert outcome.error is not None and error in outcome.error, outcome.error
+    assert node.files() == [] and _made(cni) == []
+
+
+def test_cdi_mode_is_refused_with_the_reason(node, cni):
+    _add(node, {"config": _network(cni / "made")})
+    outcome = _preparer(node, cni, CDI).prepare([REF])[UID]
+    assert outcome.error is not None
+    assert "needs the NRI injection mode" in outcome.error
+    assert "the plugins run in the pod sandbox's network namespace" in outcome.error
+    assert node.files() == []
