@@ -233,8 +233,8 @@ def test_a_network_attachment_definition_is_read_once_and_kept(node, cni):
         (
             {"networkAttachment": "other/net-a"},
             "request nic: config $.cni.networkAttachment: NetworkAttachmentDefinition "
-            "other/net-a is in another namespace than the claim's (default); the operator allows none "
-            "(--nad-namespaces)",
+            "other/net-a is in another namespace than the claim's (default); the operator "
+            "allows none (--nad-namespaces)",
         ),
         (
             {"networkAttachment": "net-a", "config": "{}"},
