@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The dra-driver image: `dra-driver run` in a slim Python 3.11, nothing else.
+# The dra-driver image: `dra-driver run` in a slim Python 3.11, and the standard CNI plugins.
 #   docker build -t dra-driver:dev .      (make build)
 # All dependencies ship manylinux wheels or are pure Python (the driver talks netlink
 # itself, dradriver/rtnl, so no iproute2), hence no compiler in either stage. The build
@@ -28,6 +28,17 @@ ENV PATH=/opt/dra-driver/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/dra-driver /opt/dra-driver
+# The standard CNI plugins a claim of type cni runs (docs/cni.md), Debian's, at
+# /opt/cni/bin (--cni-bin-dir's default). A base made by hack/build-image.sh has them;
+# otherwise the base's Debian suite decides their version.
+# hadolint ignore=DL3008
+RUN if [ ! -x /usr/lib/cni/bridge ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends containernetworking-plugins \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && mkdir -p /opt/cni \
+    && ln -sfn /usr/lib/cni /opt/cni/bin
 # Runs as root on purpose: the daemon creates and moves network interfaces over
 # netlink and writes CDI specs on the host (the DaemonSet makes it privileged).
 ENTRYPOINT ["dra-driver"]

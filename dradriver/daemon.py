@@ -90,6 +90,7 @@ def context_of(settings: Settings, api_server: str | None = None) -> HandlerCont
         claim_address_ranges=settings.claim_address_ranges,
         protected_addresses=_api_server_address(api_server),
         cni_bin_dir=settings.cni_bin_dir,
+        cni_state_dir=settings.cni_state_dir,
         cni_plugins=settings.cni_plugins,
     )
 

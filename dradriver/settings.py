@@ -66,6 +66,7 @@ class Settings:
     nri_socket: Path = Path(DEFAULT_NRI_SOCKET)
     nri_plugin_index: str = "10"
     cni_bin_dir: Path = Path("/opt/cni/bin")
+    cni_state_dir: Path = Path("/var/lib/cni")
     cni_plugins: tuple[str, ...] = ()
     nad_namespaces: tuple[str, ...] = ()
 
@@ -128,6 +129,8 @@ DEFAULT_CNI_PLUGINS = (
 )
 CNI = (  # claims of type cni (docs/cni.md)
     Flag("--cni-bin-dir", "/opt/cni/bin", "where the CNI plugins claims run are"),
+    Flag("--cni-state-dir", "/var/lib/cni", "where CNI plugins keep their state (host-local's "
+         "leases in networks/<network>)"),
     Flag("--cni-plugins", DEFAULT_CNI_PLUGINS, "comma-separated CNI plugins (and IPAM "
          "plugins) a claim's network may run"),
     Flag("--nad-namespaces", "", "comma-separated namespaces whose "
@@ -298,7 +301,12 @@ def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
     spaces = split_list(args.nad_namespaces)
     if any(n != "*" and not naming.is_dns_label(n) for n in spaces):
         raise SystemExit(f"--nad-namespaces: namespace names or *, got {args.nad_namespaces!r}")
-    return {"cni_bin_dir": Path(args.cni_bin_dir), "cni_plugins": plugins, "nad_namespaces": spaces}
+    return {
+        "cni_bin_dir": Path(args.cni_bin_dir),
+        "cni_state_dir": Path(args.cni_state_dir),
+        "cni_plugins": plugins,
+        "nad_namespaces": spaces,
+    }
 
 
 def _prefetch(value: object) -> str:

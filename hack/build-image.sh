@@ -48,7 +48,9 @@ LOCK_TIMEOUT=600
 #   python3, python-is-python3  python (the official image's name for it)
 #   python3-venv, python3-pip   python -m venv, pip
 #   ca-certificates             Debian's CA bundle (/etc/ssl/certs/ca-certificates.crt)
-BASE_PACKAGES=(python3 python-is-python3 python3-venv python3-pip ca-certificates)
+#   containernetworking-plugins the standard CNI plugins claims of type cni run
+BASE_PACKAGES=(python3 python-is-python3 python3-venv python3-pip ca-certificates
+    containernetworking-plugins)
 # Documentation and manual pages stay out of the base, as in Debian's slim images.
 BASE_DPKG_OPTS=(path-exclude=/usr/share/man/* path-exclude=/usr/share/doc/*
     path-include=/usr/share/doc/*/copyright path-exclude=/usr/share/locale/*)

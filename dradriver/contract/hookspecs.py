@@ -118,7 +118,8 @@ class HandlerContext:
     `bandwidth` capacity (0: none), shared out in multiples of `bandwidth_step`.
     `link_bandwidth`: the bits per second a host NIC, or the VFs of a PF, offer as
     `bandwidth` when the kernel reports no link speed (0: none).
-    `cni_bin_dir`, `cni_plugins`: where CNI plugins are, and the ones claims may run.
+    `cni_bin_dir`, `cni_plugins`: where CNI plugins are, and the ones claims may run;
+    `cni_state_dir`: where they keep their state (host-local's leases).
     """
 
     driver_name: str
@@ -137,6 +138,7 @@ class HandlerContext:
     bandwidth_step: int = 1_000_000
     link_bandwidth: int = 0
     cni_bin_dir: Path = Path("/opt/cni/bin")
+    cni_state_dir: Path = Path("/var/lib/cni")
     cni_plugins: tuple[str, ...] = ()
 
 

@@ -88,13 +88,10 @@ def _network(req: DeviceRequest) -> Network:
     where = f"{CNI_PATH}.config" if named is None else f"NetworkAttachmentDefinition {named}"
     net = network.parse(str(text), where)
     network.check_allowed(net, req.context.cni_plugins, where)
-    for field, parent in network.host_interfaces(net):
-        if not any(fnmatch.fnmatchcase(parent, p) for p in req.context.virtual_parents):
-            raise ConfigError(
-                f"{parent} is not on the operator's list of parent interfaces "
-                f"(--virtual-parents: {','.join(req.context.virtual_parents) or 'empty'})",
-                f"{where} {field}",
-            )
+    issues = _node_issues(net, req.context.virtual_parents, where)
+    if issues:
+        raise ConfigError.many(issues)
+    net = network.with_state_dir(net, str(req.context.cni_state_dir))
     kind = req.published.kind if req.published is not None else ""
     if network.takes_device(net):
         if kind not in DEVICE_KINDS or req.published is None:
@@ -115,6 +112,24 @@ def _network(req: DeviceRequest) -> Network:
             f"{where} plugins",
         )
     return net
+
+
+def _node_issues(net: Network, allowed: tuple[str, ...], where: str) -> list[tuple[str, str]]:
+    """(path, why) of what the network would do to the node that no claim may: change
+    its network, keep files where the operator did not say, hang a link on or join an
+    interface the operator does not offer (--virtual-parents)."""
+    issues = [(f"{where} {field}", why) for field, why in network.node_changes(net)]
+    offered = ",".join(allowed) or "empty"
+    for field, parent in network.host_interfaces(net):
+        if not parent:
+            why = "required: without it the plugin takes the interface of the default route"
+        elif any(fnmatch.fnmatchcase(parent, p) for p in allowed):
+            continue
+        else:
+            why = f"{parent} is not on the operator's list of parent interfaces ({offered})"
+            why += " (--virtual-parents)"
+        issues.append((f"{where} {field}", why))
+    return issues
 
 
 def _static_ips(net: Network) -> list[str]:

@@ -27,6 +27,11 @@ PLUGIN_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,63}$")  # a file in --cni
 VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 # Plugin fields that name a host interface the plugin takes or hangs a link on.
 PARENT_FIELDS = {"macvlan": "master", "ipvlan": "master", "vlan": "master"}
+BRIDGE, DEFAULT_BRIDGE = "bridge", "cni0"
+# A bridge's fields that change the node: an address (the gateway) and routes on it, NAT.
+BRIDGE_NODE_FIELDS = ("isGateway", "isDefaultGateway", "forceAddress", "ipMasq")
+# IPAM fields naming a path on the node (host-local's lease directory, a resolv.conf).
+IPAM_FILE_FIELDS = ("dataDir", "resolvConf")
 # host-device's fields that pick a host interface; a claim gives it its allocated one.
 HOST_DEVICE = "host-device"
 HOST_DEVICE_FIELDS = ("device", "hwaddr", "kernelpath", "pciBusID", "deviceID")
@@ -131,13 +136,54 @@ def check_allowed(network: Network, allowed: Sequence[str], path: str) -> None:
 
 
 def host_interfaces(network: Network) -> list[tuple[str, str]]:
-    """(field path, interface name) of every host interface the plugins hang a link on."""
+    """(field path, interface name) of every host interface the plugins hang a link on
+    or join (a bridge: `cni0` when the config names none); a parent left out is "":
+    the plugin would take the interface of the node's default route."""
     out = []
     for i, plugin in enumerate(network.plugins):
-        field = PARENT_FIELDS.get(str(plugin["type"]))
-        if field is not None and isinstance(plugin.get(field), str):
-            out.append((f"plugins[{i}].{field}", str(plugin[field])))
+        kind = str(plugin["type"])
+        if kind in PARENT_FIELDS:
+            field = PARENT_FIELDS[kind]
+            out.append((f"plugins[{i}].{field}", str(plugin.get(field) or "")))
+        elif kind == BRIDGE:
+            out.append((f"plugins[{i}].bridge", str(plugin.get("bridge") or DEFAULT_BRIDGE)))
     return out
+
+
+def node_changes(network: Network) -> list[tuple[str, str]]:
+    """(field path, why) of every setting that would change the node itself: an address
+    or NAT rules on the node for a bridge, a file where the operator did not put one."""
+    out = []
+    for i, plugin in enumerate(network.plugins):
+        if plugin["type"] == BRIDGE:
+            for field in BRIDGE_NODE_FIELDS:
+                if plugin.get(field):
+                    out.append(
+                        (f"plugins[{i}].{field}", "would give the node an address, a route or NAT "
+                         "rules; a claim never changes the node's own network")
+                    )  # fmt: skip
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict):
+            for field in IPAM_FILE_FIELDS:
+                if field in ipam:
+                    out.append(
+                        (f"plugins[{i}].ipam.{field}", "names a file or directory on the node; "
+                         "a claim's IPAM keeps its state where the driver's node keeps it")
+                    )  # fmt: skip
+    return out
+
+
+def with_state_dir(network: Network, state_dir: str) -> Network:
+    """The list with host-local's leases kept under `state_dir`/networks (the node's
+    state directory the operator chose; a config may not name one)."""
+    plugins = []
+    for plugin in network.plugins:
+        conf = dict(plugin)
+        ipam = conf.get("ipam")
+        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+            conf["ipam"] = {**ipam, "dataDir": f"{state_dir}/networks"}
+        plugins.append(conf)
+    return Network(network.name, network.version, tuple(plugins))
 
 
 def takes_device(network: Network) -> bool:

@@ -12,6 +12,7 @@ import subprocess
 
 import kubernetes_validate
 import pytest
+import yaml
 from packaging.version import Version
 
 from dradriver.kubelet.readiness import ReadyFile, container_mark
@@ -41,7 +42,10 @@ EXPECTED_FILES = {
     "selection-examples.yaml",
     "bandwidth-example.yaml",
     "ipam-example.yaml",
+    "cni-examples.yaml",
 }
+# Kinds of a CRD kubernetes-validate has no schema for: checked against the CRD's own.
+CRD_KINDS = {("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition")}
 
 
 # kubernetes-validate parses its (large) schema files on every call: parse each once.
@@ -61,15 +65,39 @@ def schema_versions() -> list[str]:
     return found
 
 
-def _objects() -> list[tuple[str, dict]]:
+def _objects(crd: bool = False) -> list[tuple[str, dict]]:
     out = []
     for path in MANIFESTS:
         for i, doc in enumerate(docs(path)):
-            out.append((f"{path.name}#{i}:{doc.get('kind')}/{doc['metadata']['name']}", doc))
+            if ((doc.get("apiVersion"), doc.get("kind")) in CRD_KINDS) == crd:
+                out.append((f"{path.name}#{i}:{doc.get('kind')}/{doc['metadata']['name']}", doc))
     return out
 
 
 OBJECTS = _objects()
+CRD_OBJECTS = _objects(crd=True)
+
+
+@pytest.mark.parametrize("label,doc", CRD_OBJECTS, ids=[label for label, _ in CRD_OBJECTS])
+def test_network_attachment_definitions_fit_the_crd_and_the_drivers_checks(label, doc):
+    """Each example NAD validates against the CRD the chart installs, and the driver
+    takes its network with the chart's default plugins."""
+    import jsonschema
+    from dradriver.handlers.cni import network
+
+    crd = yaml.safe_load(
+        (DEPLOY / "helm/dra-driver/files/network-attachment-definition-crd.yaml").read_text()
+    )
+    [version] = crd["spec"]["versions"]
+    jsonschema.validate(doc, version["schema"]["openAPIV3Schema"])
+    assert set(doc["spec"]) == {"config"}, label
+    net = network.parse(doc["spec"]["config"])
+    values = yaml.safe_load((DEPLOY / "helm/dra-driver/values.yaml").read_text())
+    network.check_allowed(net, values["settings"]["cniPlugins"], label)
+    assert network.node_changes(net) == []
+    for _, parent in network.host_interfaces(net):
+        assert any(fnmatch.fnmatchcase(parent, p) for p in values["settings"]["virtualParents"])
+    assert net.name == doc["metadata"]["name"], "Multus users name a NAD like its network"
 
 
 def test_expected_files_exist_and_parse():
@@ -181,6 +209,12 @@ def test_clusterrole_grants_exactly_what_the_driver_needs():
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
             {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list"]},
+            # The NetworkAttachmentDefinition a claim of type cni names.
+            {
+                "apiGroups": ["k8s.cni.cncf.io"],
+                "resources": ["network-attachment-definitions"],
+                "verbs": ["get"],
+            },
             # Events on the pods of failed claims, in their namespaces, and on its own pod.
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
         ]
@@ -261,7 +295,7 @@ def test_daemonset_environment():
     env = {e["name"]: e for e in driver_container()["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
-    assert env_value("DRA_VIRTUAL_PARENTS") == "eth0"
+    assert env_value("DRA_VIRTUAL_PARENTS") == "eth0,cni-br*"
     assert env_value("DRA_HEALTHCHECK_PORT") == "51515"
 
 

@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.root, pytest.mark.kind("cni")]
 
 BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 PLUGINS = ("bridge", "host-local", "macvlan", "static", "tuning", "bandwidth", "loopback")
-CTX = context(virtual_parents=("p0",), cni_bin_dir=BIN, cni_plugins=PLUGINS)
 
 if not (BIN / "bridge").exists():
     pytestmark.append(pytest.mark.skip(reason="containernetworking-plugins is not installed"))
@@ -47,7 +46,7 @@ def pods():
         netns.delete(name)
 
 
-def _prepared(config: dict, ctx=CTX, **fields):
+def _prepared(config: dict, ctx, **fields):
     """Validate and prepare a cni claim in NRI mode, as prepare.py does."""
     params = {"type": "cni", "cni": {"config": json.dumps(config), **fields}}
     handler, req = request(params, ctx=ctx)
@@ -69,7 +68,20 @@ def _names(ns: str) -> list[str]:
     return [ln.name for ln in ipjson.links(ns)]
 
 
-def _macvlan(data_dir: Path) -> dict:
+def _ctx(state: Path, **kw) -> object:
+    """The node's settings, host-local's leases under `state`."""
+    return context(
+        **{
+            "virtual_parents": ("p0", "drtestbr*"),
+            "cni_bin_dir": BIN,
+            "cni_plugins": PLUGINS,
+            "cni_state_dir": state,
+            **kw,
+        }
+    )
+
+
+def _macvlan() -> dict:
     return {
         "cniVersion": "1.0.0",
         "name": "macvlan-conf",
@@ -78,18 +90,14 @@ def _macvlan(data_dir: Path) -> dict:
                 "type": "macvlan",
                 "master": "p0",
                 "mode": "bridge",
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": "10.30.0.0/24"}]],
-                    "dataDir": str(data_dir),
-                },
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.30.0.0/24"}]]},
             }
         ],
     }
 
 
 def test_macvlan_with_host_local_reaches_the_pod_and_leaves_nothing(host, pods, tmp_path):
-    handler, validated, prepared = _prepared(_macvlan(tmp_path))
+    handler, validated, prepared = _prepared(_macvlan(), _ctx(tmp_path))
     assert validated.container_interfaces == ("net1",)
     assert prepared.pod_attach == "net1" and prepared.edits == {}
     sandbox = _sandbox(pods[0])
@@ -99,7 +107,7 @@ def test_macvlan_with_host_local_reaches_the_pod_and_leaves_nothing(host, pods, 
     assert attached.network_data is not None
     assert attached.network_data.ips == (address,)
     assert attached.network_data.hardware_address == ipjson.link_info(pods[0], "net1")["address"]
-    leases = tmp_path / "macvlan-conf"
+    leases = tmp_path / "networks" / "macvlan-conf"
     assert (leases / address.split("/")[0]).read_text().startswith(sandbox.id)
     handler.check(prepared.undo, sandbox, attached.state)
     handler.detach(prepared.undo, sandbox, attached.state)
@@ -108,7 +116,7 @@ def test_macvlan_with_host_local_reaches_the_pod_and_leaves_nothing(host, pods, 
     handler.detach(prepared.undo, sandbox, attached.state)  # again: nothing left, no error
 
 
-def test_two_pods_on_one_bridge_with_static_addresses_reach_each_other(host, pods):
+def test_two_pods_on_one_bridge_with_static_addresses_reach_each_other(host, pods, tmp_path):
     config = {
         "cniVersion": "1.0.0",
         "name": "bridge-static",
@@ -124,7 +132,7 @@ def test_two_pods_on_one_bridge_with_static_addresses_reach_each_other(host, pod
     }
     attached = []
     for pod, ip in zip(pods, ("10.31.0.1/24", "10.31.0.2/24"), strict=True):
-        handler, _, prepared = _prepared(config, ips=[ip])
+        handler, _, prepared = _prepared(config, _ctx(tmp_path), ips=[ip])
         sandbox = _sandbox(pod)
         attached.append((handler, prepared, sandbox, handler.attach(prepared.undo, sandbox)))
         assert _addresses(pod, "net1") == [ip]
@@ -144,20 +152,20 @@ def test_two_pods_on_one_bridge_with_static_addresses_reach_each_other(host, pod
 
 
 def test_a_plugin_failing_mid_chain_leaves_nothing_and_is_named(host, pods, tmp_path):
-    config = _macvlan(tmp_path)
+    config = _macvlan()
     config["plugins"].append({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.no_such_key": "1"}})
-    handler, _, prepared = _prepared(config)
+    handler, _, prepared = _prepared(config, _ctx(tmp_path))
     with pytest.raises(DeviceError) as err:
         handler.attach(prepared.undo, _sandbox(pods[0]))
     assert "plugin tuning (CNI ADD) failed" in str(err.value)
     assert "no_such_key" in str(err.value)
     assert "net1" not in _names(pods[0])
-    leases = tmp_path / "macvlan-conf"
+    leases = tmp_path / "networks" / "macvlan-conf"
     assert not leases.exists() or [p.name for p in leases.iterdir() if p.name[0].isdigit()] == []
 
 
 def test_check_reports_an_interface_removed_by_hand(host, pods, tmp_path):
-    handler, _, prepared = _prepared(_macvlan(tmp_path))
+    handler, _, prepared = _prepared(_macvlan(), _ctx(tmp_path))
     sandbox = _sandbox(pods[0])
     attached = handler.attach(prepared.undo, sandbox)
     netns.ip(pods[0], "link", "del", "net1")
@@ -168,22 +176,33 @@ def test_check_reports_an_interface_removed_by_hand(host, pods, tmp_path):
     handler.detach(prepared.undo, sandbox, attached.state)
 
 
-def test_refused_at_prepare_plugin_not_allowed_parent_not_allowed_version_not_spoken(
-    host, tmp_path
-):
-    config = _macvlan(tmp_path)
+def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
+    ctx = _ctx(tmp_path)
+    config = _macvlan()
     with pytest.raises(ConfigError, match=r"plugin macvlan is not allowed.*--cni-plugins"):
-        _prepared(config, ctx=context(cni_bin_dir=BIN, cni_plugins=("bridge", "host-local")))
+        _prepared(config, _ctx(tmp_path, cni_plugins=("bridge", "host-local")))
     config["plugins"][0]["master"] = "q0"
     with pytest.raises(ConfigError, match=r"q0 is not on the operator's list of parent"):
-        _prepared(config)
+        _prepared(config, ctx)
+    del config["plugins"][0]["master"]
+    with pytest.raises(ConfigError, match=r"master: required: .*the default route"):
+        _prepared(config, ctx)
     config["plugins"][0]["master"] = "p0"
+    config["plugins"][0]["ipam"]["dataDir"] = "/etc"
+    with pytest.raises(ConfigError, match=r"ipam.dataDir: names a file or directory"):
+        _prepared(config, ctx)
+    bridge = {"cniVersion": "1.0.0", "name": "b", "type": "bridge", "isGateway": True}
+    with pytest.raises(ConfigError) as err:
+        _prepared(bridge, ctx)
+    assert "isGateway: would give the node an address" in str(err.value)
+    assert "bridge: cni0 is not on the operator's list" in str(err.value)
+    del config["plugins"][0]["ipam"]["dataDir"]
     config["cniVersion"] = "9.9.0"
     with pytest.raises(ConfigError, match=r"cniVersion 9.9.0: plugin macvlan speaks .*1\.0\.0"):
-        _prepared(config)
+        _prepared(config, ctx)
     with pytest.raises(ConfigError, match=r"\$\.cni\.config: not a CNI network configuration"):
-        handler, req = request({"type": "cni", "cni": {"config": "{nope"}}, ctx=CTX)
+        handler, req = request({"type": "cni", "cni": {"config": "{nope"}}, ctx=ctx)
         handler.validate(dataclasses.replace(req, injection=NRI))
     with pytest.raises(ConfigError, match=r"needs the NRI injection mode"):
-        handler, req = request({"type": "cni", "cni": {"config": json.dumps(config)}}, ctx=CTX)
+        handler, req = request({"type": "cni", "cni": {"config": json.dumps(config)}}, ctx=ctx)
         handler.validate(req)

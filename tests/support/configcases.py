@@ -28,7 +28,12 @@ from tests.unit import test_config as unit
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "dra.example.com"
 # The deploy/ DeviceClass a request of each type uses when the case brings none.
-CLASS_OF_TYPE = {"netdev": "virtual-network", "rdma": "rdma-devices", "combo": "roce-devices"}
+CLASS_OF_TYPE = {
+    "netdev": "virtual-network",
+    "rdma": "rdma-devices",
+    "combo": "roce-devices",
+    "cni": "virtual-network",
+}
 CONFIG_LISTS = {
     "ResourceClaim": "spec.devices.config",
     "ResourceClaimTemplate": "spec.spec.devices.config",
