@@ -35,6 +35,7 @@ _LINK_SETUP = {
     "dummy": ["type", "dummy"],
     "bridge": ["type", "bridge"],
     "ifb": ["type", "ifb"],  # what a claim's bandwidth limit redirects its pod's traffic to
+    "vlan": ["link", "p0", "type", "vlan", "id", "100"],  # the vlan CNI plugin's
 }
 
 

@@ -19,7 +19,9 @@ _baseline: dict[str, set[str]] = {}
 # Inside the kernel-VM tier (hack/vm/run.py sets DRA_KERNEL_VM=1) these features must be
 # there: a skip would hide exactly what the tier exists to prove.
 IN_KERNEL_VM = os.environ.get("DRA_KERNEL_VM") == "1"
-VM_FEATURES = {"veth", "macvlan", "ipvlan", "dummy", "bridge", "rdma", "igb-sriov", "e1000e"}
+VM_FEATURES = {
+    "veth", "macvlan", "ipvlan", "vlan", "dummy", "bridge", "rdma", "igb-sriov", "e1000e",
+}  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:

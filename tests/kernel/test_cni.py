@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -17,12 +18,15 @@ import pytest
 
 from dradriver.base.errors import ConfigError, DeviceError
 from dradriver.contract.hookspecs import NRI, PodSandbox
+from dradriver.settings import DEFAULT_CNI_PLUGINS
+from tests.deploy.support import DEPLOY, docs
 from tests.support import ipjson, netns
 from tests.support.handlers import context, request
 
 pytestmark = [pytest.mark.root, pytest.mark.kind("cni")]
 
 BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+DEFAULT_PLUGINS = tuple(DEFAULT_CNI_PLUGINS.split(","))
 PLUGINS = ("bridge", "host-local", "macvlan", "static", "tuning", "bandwidth", "loopback")
 
 if not (BIN / "bridge").exists():
@@ -206,3 +210,63 @@ def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
     with pytest.raises(ConfigError, match=r"needs the NRI injection mode"):
         handler, req = request({"type": "cni", "cni": {"config": json.dumps(config)}}, ctx=ctx)
         handler.validate(req)
+
+
+# -- the examples of deploy/cni-examples.yaml, unchanged ------------------------------------
+
+# What each example's pod gets on net1: its address range, and what else it must show.
+EXPECTED = {
+    "macvlan-conf": ("10.10.0.", "macvlan"),
+    "bridge-static": ("198.51.100.210/24", "veth"),
+    "ipvlan-conf": ("10.12.0.", "ipvlan"),
+    "vlan-conf": ("10.13.0.", "vlan"),
+    "tuned-limited": ("10.14.0.", "veth"),
+}
+
+
+def _example(name: str) -> pytest.param:
+    kind = EXPECTED[name][1]
+    marks = [pytest.mark.kernel(kind)] if kind in ("ipvlan", "vlan") else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", [_example(n) for n in EXPECTED])
+def test_each_example_network_attachment_definition_as_it_is(in_ns, pods, tmp_path, name):
+    """The node's uplink is eth0 here (a veth end in the test's namespace)."""
+    netns.ip(in_ns, "link", "add", "eth0", "type", "veth", "peer", "name", "uplink")
+    netns.ip(in_ns, "link", "set", "eth0", "up")
+    [nad] = [
+        d for d in docs(DEPLOY / "cni-examples.yaml")
+        if d["kind"] == "NetworkAttachmentDefinition" and d["metadata"]["name"] == name
+    ]  # fmt: skip
+    [template] = [
+        d for d in docs(DEPLOY / "cni-examples.yaml")
+        if d["kind"] == "ResourceClaimTemplate" and d["metadata"]["name"] == name
+    ]  # fmt: skip
+    [config] = template["spec"]["spec"]["devices"]["config"]
+    fields = dict(config["opaque"]["parameters"]["cni"])
+    assert fields.pop("networkAttachment") == name
+    ctx = _ctx(tmp_path, virtual_parents=("eth0", "cni-br*"), cni_plugins=DEFAULT_PLUGINS)
+    handler, _, prepared = _prepared(json.loads(nad["spec"]["config"]), ctx, **fields)
+    sandbox = _sandbox(pods[0])
+    attached = handler.attach(prepared.undo, sandbox)
+    try:
+        prefix, kind = EXPECTED[name]
+        [address] = _addresses(pods[0], "net1")
+        assert address.startswith(prefix), address
+        info = ipjson.link_info(pods[0], "net1")
+        assert info["linkinfo"]["info_kind"] == kind
+        assert attached.network_data.ips == (address,)
+        if name == "tuned-limited":
+            assert info["mtu"] == 1400
+            rp = netns.ip(pods[0], "netconf", "show", "dev", "net1")
+            assert "rp_filter loose" in rp, rp
+            tc = ["tc", "-n", in_ns, "-j", "qdisc", "show"]
+            qdiscs = json.loads(subprocess.run(tc, capture_output=True, check=True).stdout)
+            assert any(q["kind"] == "tbf" for q in qdiscs), qdiscs  # on the node's veth end
+        handler.check(prepared.undo, sandbox, attached.state)
+    finally:
+        handler.detach(prepared.undo, sandbox, attached.state)
+    assert "net1" not in _names(pods[0])
+    leases = tmp_path / "networks" / name
+    assert not leases.exists() or [p.name for p in leases.iterdir() if p.name[0].isdigit()] == []
