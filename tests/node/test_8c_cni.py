@@ -1,0 +1,176 @@
+"""Claims of type cni on a real kubelet, containerd and runc: the NetworkAttachmentDefinitions
+of deploy/cni-examples.yaml applied unchanged, Debian's CNI plugins run by the driver at
+each pod sandbox (NRI), seen from inside the pods; a bridge network two pods share;
+host-local's leases given back when the pods go; a failing plugin's words on the pod."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster.driver import HostDriver
+from localcluster.manifests import DEPLOY
+from localcluster.podnet import via_exec
+from tests.e2e.cluster import example_objects
+from tests.support import kernel
+from tests.support.waiting import wait_for
+
+from .cluster import NodeCluster
+from .scenario import SLEEPER
+
+pytestmark = pytest.mark.skipif(
+    not Path("/usr/lib/cni/bridge").exists(), reason="containernetworking-plugins is not installed"
+)
+CRD = DEPLOY / "helm/dra-driver/files/network-attachment-definition-crd.yaml"
+EXAMPLES = DEPLOY / "cni-examples.yaml"
+# What each example's pod gets on net1 (an address prefix), and the kernel feature it needs.
+EXPECTED = {
+    "macvlan-conf": ("10.10.0.", "macvlan"),
+    "bridge-static": ("198.51.100.210/24", "bridge"),
+    "ipvlan-conf": ("10.12.0.", "ipvlan"),
+    "vlan-conf": ("10.13.0.", "vlan"),
+    "tuned-limited": ("10.14.0.", "bridge"),
+}
+
+
+@pytest.fixture
+def cni_driver(cluster: NodeCluster, drivers: Any) -> tuple[HostDriver, Path]:
+    """The NAD CRD in the cluster; a driver running Debian's plugins, the cni-examples'
+    bridges allowed, host-local's leases in the node's work directory."""
+    cluster.apply(CRD)
+    wait_for(
+        "the NetworkAttachmentDefinition API",
+        lambda: cluster.get("/apis/k8s.cni.cncf.io/v1", missing_ok=True),
+        60,
+    )
+    state = cluster.local.lay.workdir / "cni-state"
+    driver = drivers.start(
+        "--virtual-parents", "eth0,cni-br*",
+        "--cni-bin-dir", "/usr/lib/cni",
+        "--cni-state-dir", str(state),
+    )  # fmt: skip
+    return driver, state
+
+
+def _leases(state: Path, network: str) -> list[str]:
+    """The addresses host-local holds for `network`."""
+    folder = state / "networks" / network
+    return (
+        sorted(p.name for p in folder.iterdir() if p.name[0].isdigit()) if folder.exists() else []
+    )
+
+
+def _claim_status(cluster: NodeCluster, kns: str, pod: dict[str, Any]) -> dict[str, Any]:
+    [name] = cluster.pod_claim_names(pod)
+    [device] = cluster.claim(kns, name)["status"]["devices"]
+    return dict(device["networkData"])
+
+
+def test_each_example_network_reaches_its_pod_unchanged(
+    cluster: NodeCluster, cni_driver: tuple[HostDriver, Path], kns
+):
+    _, state = cni_driver
+    runnable = {n for n, (_, feature) in EXPECTED.items() if not kernel.missing(feature)}
+    objects = [
+        o
+        for o in example_objects(EXAMPLES, kns)
+        if o["metadata"]["name"].removeprefix("cni-") in runnable
+    ]
+    assert {"macvlan-conf", "bridge-static", "tuned-limited"} <= runnable
+    cluster.apply(objects, kns)
+    for name in sorted(runnable):
+        pod = cluster.wait_running(kns, f"cni-{name}")
+        net1 = via_exec(cluster.local.kubectl, kns, f"cni-{name}", "app")["net1"]
+        [address] = net1.addresses
+        prefix, _ = EXPECTED[name]
+        assert address.startswith(prefix), (name, address)
+        assert _claim_status(cluster, kns, pod) == {
+            "interfaceName": "net1",
+            "ips": [address],
+            "hardwareAddress": net1.mac,
+        }
+        if name == "tuned-limited":
+            assert net1.mtu == 1400
+        if name != "bridge-static":
+            assert _leases(state, name) == [address.split("/")[0]]
+    for name in sorted(runnable):
+        cluster.delete_and_wait(kns, f"cni-{name}")
+        assert _leases(state, name) == [], name
+
+
+def _pod(name: str, template: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [{"name": "net", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "busybox:1.37.0",
+                    "imagePullPolicy": "Never",
+                    "command": SLEEPER,
+                    "resources": {"claims": [{"name": "net"}]},
+                }
+            ],
+        },
+    }
+
+
+def _objects(name: str) -> list[dict[str, Any]]:
+    """The NAD and template `name` of the examples."""
+    return [
+        o
+        for o in example_objects(EXAMPLES, "x")
+        if o["metadata"]["name"] == name and o["kind"] != "Pod"
+    ]
+
+
+def test_two_pods_on_one_bridge_network_reach_each_other(
+    cluster: NodeCluster, cni_driver: tuple[HostDriver, Path], kns
+):
+    _, state = cni_driver
+    cluster.apply(
+        [*_objects("tuned-limited"), _pod("a", "tuned-limited"), _pod("b", "tuned-limited")], kns
+    )
+    cluster.wait_running(kns, "a")
+    cluster.wait_running(kns, "b")
+    [b_address] = via_exec(cluster.local.kubectl, kns, "b", "app")["net1"].addresses
+    b_ip = b_address.split("/")[0]
+    ping = cluster.local.kubectl(
+        "exec", "-n", kns, "a", "-c", "app", "--", "ping", "-c", "1", "-W", "5", "-I", "net1", b_ip,
+        check=False,
+    )  # fmt: skip
+    assert ping.returncode == 0 and " 0% packet loss" in ping.stdout, ping.stdout + ping.stderr
+    assert len(_leases(state, "tuned-limited")) == 2
+    cluster.delete_and_wait(kns, "a")
+    cluster.delete_and_wait(kns, "b")
+    assert _leases(state, "tuned-limited") == []
+
+
+def test_a_failing_plugin_fails_the_sandbox_with_its_words_and_leaves_nothing(
+    cluster: NodeCluster, cni_driver: tuple[HostDriver, Path], kns
+):
+    _, state = cni_driver
+    [nad, template] = _objects("macvlan-conf")
+    conf = json.loads(nad["spec"]["config"])
+    conf["plugins"].append({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.no_such_key": "1"}})
+    nad["spec"]["config"] = json.dumps(conf)
+    cluster.apply([nad, template, _pod("p", "macvlan-conf")], kns)
+
+    def failed() -> str | None:
+        for ev in cluster.events(kns, "p"):
+            if "plugin tuning (CNI ADD) failed" in ev.get("message", ""):
+                return str(ev["message"])
+        return None
+
+    message = wait_for("the sandbox to fail with the plugin's words", failed, 90)
+    assert "NetworkAttachmentDefinition" in message or "network macvlan-conf" in message, message
+    assert "no_such_key" in message, message
+    assert cluster.pod(kns, "p")["status"]["phase"] == "Pending"
+    assert _leases(state, "macvlan-conf") == []
