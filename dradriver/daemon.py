@@ -190,6 +190,7 @@ def run(settings: Settings) -> int:
     prefetch = ClaimPrefetch(
         api, settings.node_name, settings.driver_name, enabled=settings.claim_prefetch != "off"
     )
+    failures = FailureEvents(recorder)
     preparer = Preparer(
         context=context,
         cdi_dir=settings.cdi_dir,
@@ -202,7 +203,7 @@ def run(settings: Settings) -> int:
         metrics=metrics,
         gate=gate,
         link_deletion_delay=settings.link_deletion_delay,
-        failures=FailureEvents(recorder),
+        failures=failures,
         metadata_root=settings.plugin_dir,
         early=prefetch.take,
         addresses=address_book(settings, api, lock, refused, reporter),
@@ -210,7 +211,7 @@ def run(settings: Settings) -> int:
         nad_namespaces=settings.nad_namespaces,
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
-    sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status)
+    sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status, failures=failures)
     sandboxes.containers.pods = prefetch.pods  # which claims a pod may name
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]

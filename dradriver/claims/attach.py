@@ -49,13 +49,33 @@ def _device(record: ClaimRecord, key: str) -> DeviceRecord:
     return next(d for d in record.devices if d.key == key)
 
 
+def prepare_for(registry: HandlerRegistry, record: ClaimRecord, keys: Collection[str]) -> None:
+    """Before attaching devices `keys`: detach what an attach cut short, or an earlier
+    sandbox, left of them; DriverError naming the requests if that fails."""
+    failures = detach_all(registry, record, only=keys)
+    if failures:
+        raise DriverError("; ".join(failures))
+
+
 def attach(
-    registry: HandlerRegistry, record: ClaimRecord, key: str, sandbox: PodSandbox, since: float
+    registry: HandlerRegistry,
+    record: ClaimRecord,
+    key: str,
+    sandbox: PodSandbox,
+    since: float,
+    together: Collection[str] = (),
 ) -> None:
     """Attach device `key` in `sandbox`; its placement becomes IN with the attach's
-    state, and its network data what the pod got. The caller journals and saves."""
+    state, and its network data what the pod got. On failure the devices `together`
+    (attached with it) are detached again and a DriverError names the request. The
+    caller journals and saves."""
     device = _device(record, key)
-    attached = handler_of(registry, device).attach(device.undo, sandbox)
+    try:
+        attached = handler_of(registry, device).attach(device.undo, sandbox)
+    except DriverError as exc:
+        for other in together:  # nothing of the claim stays half made in the sandbox
+            detach_quietly(registry, record, other)
+        raise DriverError(f"request {device.request}: {exc}") from exc
     record.placement[key] = placement(
         IN, sandbox.id, sandbox.netns, sandbox.pod_uid, since, json.dumps(attached.state)
     )
@@ -109,6 +129,15 @@ def detach_all(
         except DriverError as exc:
             failures.append(f"request {key.split('/', 1)[0]}: {exc}")
     return failures
+
+
+def check(registry: HandlerRegistry, record: ClaimRecord, key: str) -> None:
+    """Raise if what device `key`'s attach made is no longer as it made it."""
+    where = record.placement.get(key) or {}
+    state = state_of(where)
+    if state is not None:
+        device = _device(record, key)
+        handler_of(registry, device).check(device.undo, sandbox_at(where), state)
 
 
 def detach_quietly(registry: HandlerRegistry, record: ClaimRecord, key: str) -> None:

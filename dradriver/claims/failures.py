@@ -20,6 +20,8 @@ from dradriver.contract.hookspecs import ClaimRef
 log = logging.getLogger(__name__)
 
 REASON = "PrepareFailed"
+SANDBOX_REASON = "SandboxNetworkFailed"  # a device could not be put into a pod's sandbox
+CHECK_REASON = "NetworkCheckFailed"  # what a sandbox holds of a claim is no longer as made
 CLAIM_API = "resource.k8s.io/v1"
 
 
@@ -54,6 +56,13 @@ class FailureEvents:
         """Report that preparing `ref` failed with `error` (`claim`: its object, if fetched)."""
         for obj in regarding(ref, claim):
             self._recorder.record(obj, WARNING, REASON, error)
+
+    def sandbox(self, pod: ObjectRef, reason: str, error: str, claim: ClaimRef | None) -> None:
+        """Report on `pod` (and on `claim`, if given) what failed at its sandbox."""
+        self._recorder.record(pod, WARNING, reason, error)
+        if claim is not None:
+            for obj in _ref(claim, "ResourceClaim", claim.name, claim.uid, CLAIM_API):
+                self._recorder.record(obj, WARNING, reason, error)
 
     def stop(self) -> None:
         """Post the Events still queued."""

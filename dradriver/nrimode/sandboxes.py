@@ -41,11 +41,13 @@ from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
 from dradriver.claims import attach
 from dradriver.claims.budget import CallGate, Deadline
+from dradriver.claims.failures import SANDBOX_REASON, FailureEvents
 from dradriver.claims.lifecycle import ClaimLifecycle
 from dradriver.contract.hookspecs import NRI, PodSandbox
 from dradriver.kernel import netlink
 from dradriver.nrimode import gone, placing
 from dradriver.nrimode.containers import ContainerCheck, NewContainer
+from dradriver.nrimode.reports import SandboxReports
 from dradriver.state.moves import (
     IN,
     LEAVING,
@@ -98,14 +100,18 @@ class PodSandboxes:
         lock_wait: float = EVENT_LOCK_WAIT,
         sync_lock_wait: float = SYNC_LOCK_WAIT,
         status: StatusSink | None = None,
+        failures: FailureEvents | None = None,
     ) -> None:
         """Wire the collaborators; `gate` holds the cross-instance lock prepare takes;
-        `status` gets a claim prepared again (its interfaces, and MACs, are new)."""
+        `status` gets a claim prepared again (its interfaces, and MACs, are new);
+        `failures` posts a Warning Event on a pod whose sandbox did not get its devices,
+        or whose network no longer checks out."""
         self.lifecycle = lifecycle
         self.records = lifecycle.records
         self.gate = gate
         self.metrics = metrics
         self.status = status
+        self.reports = SandboxReports(lifecycle.registry, failures)
         self.lock_wait = lock_wait
         self.sync_lock_wait = sync_lock_wait
         self._guard = threading.Lock()
@@ -125,7 +131,11 @@ class PodSandboxes:
     def run_pod_sandbox(self, pod: Sandbox) -> None:
         """Move the pod's interfaces into its sandbox's namespace."""
         self._note(self._started, pod.id)
-        self._event("RunPodSandbox", pod, self._run, self.lock_wait)
+        try:
+            self._event("RunPodSandbox", pod, self._run, self.lock_wait)
+        except DriverError as exc:
+            self.reports.failed(pod, SANDBOX_REASON, str(exc))
+            raise
 
     def stop_pod_sandbox(self, pod: Sandbox) -> None:
         """Give physical interfaces back to the host; the sandbox's placements are spent."""
@@ -265,28 +275,26 @@ class PodSandboxes:
                 self.status.submit(record)
             todo = keys
         made = [k for k in todo if k in record.attached]
-        failures = attach.detach_all(self.lifecycle.registry, record, only=made)  # cut short
-        if failures:
-            self.records.save(record)
-            raise DriverError(f"{_claim(record)}: {'; '.join(failures)}")
         now = time.time()  # a Synchronize snapshot older than this cannot know the sandbox
-        for key in todo:
-            record.placement[key] = placement(MOVING, pod.id, pod.netns, pod.uid, now)
-        self.records.save(record, durable=False)  # the journal: a crash is finished at sync
-        for key in todo:
-            try:
+        try:
+            attach.prepare_for(self.lifecycle.registry, record, made)  # cut short before
+            for key in todo:
+                record.placement[key] = placement(MOVING, pod.id, pod.netns, pod.uid, now)
+            self.records.save(record, durable=False)  # the journal: finished at sync
+            for key in todo:
+                request = key.split("/", 1)[0]
                 if key in made:
                     sandbox = PodSandbox(pod.id, pod.netns, pod.uid, pod.namespace, pod.name)
-                    attach.attach(self.lifecycle.registry, record, key, sandbox, now)
+                    attach.attach(self.lifecycle.registry, record, key, sandbox, now, made)
                     continue
-                placing.move_in(record.moves[key], pod.netns)
-            except DriverError as exc:
-                for done in made:  # nothing of the claim stays half made in the sandbox
-                    attach.detach_quietly(self.lifecycle.registry, record, done)
-                self.records.save(record)
-                request = key.split("/", 1)[0]
-                raise DriverError(f"{_claim(record)}: request {request}: {exc}") from exc
-            record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid, now)
+                try:
+                    placing.move_in(record.moves[key], pod.netns)
+                except DriverError as exc:
+                    raise DriverError(f"request {request}: {exc}") from exc
+                record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid, now)
+        except DriverError as exc:
+            self.records.save(record)
+            raise DriverError(f"{_claim(record)}: {exc}") from exc
         self.records.save(record)
         if made and self.status is not None:
             self.status.submit(record)  # what the pod got is known only now
@@ -415,6 +423,8 @@ class PodSandboxes:
         if leaving:  # a crash during its stop: finish the stop
             self._stop(pod, leaving)
             return
+        for record in records:
+            self.reports.check(pod, record)
         self._run(pod, records)
 
     def _forget_gone(self, live: dict[str, Sandbox], taken_at: float) -> None:

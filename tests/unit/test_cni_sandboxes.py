@@ -264,3 +264,49 @@ def test_cdi_mode_is_refused_with_the_reason(node, cni):
     assert "needs the NRI injection mode" in outcome.error
     assert "the plugins run in the pod sandbox's network namespace" in outcome.error
     assert node.files() == []
+
+
+class Reported:
+    """FailureEvents as the daemon wires it, keeping what it was told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str | None]] = []
+
+    def sandbox(self, pod: Any, reason: str, error: str, claim: ClaimRef | None) -> None:
+        self.events.append((pod.name, reason, error, claim.uid if claim else None))
+
+
+def test_a_network_changed_by_hand_is_reported_on_the_pod_and_the_claim_at_restart(node, cni):
+    _add(node, {"config": _network(cni / "made")})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    (cni / "made" / _holds("s1")[1]).unlink()  # what `second` made, removed by hand
+    reported = Reported()
+    restarted = PodSandboxes(preparer.lifecycle, preparer.gate, failures=reported)
+    restarted.synchronize([_pod()])
+    assert restarted.synced.wait(30)
+    [(pod, reason, error, claim)] = reported.events
+    assert (pod, reason, claim) == ("p", "NetworkCheckFailed", UID)
+    assert f"claim default/c ({UID}): request nic: network net-a: " in error
+    assert "plugin second (CNI CHECK) failed: net1 is not there" in error
+    assert preparer.records.load(UID).placement  # not hidden, not undone: the pod keeps it
+    _teardown(node, restarted, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+    assert _made(cni) == []
+
+
+def test_a_sandbox_that_did_not_get_its_network_is_reported_on_its_pod(node, cni):
+    _add(node, {"config": _network(cni / "made", {"fail": "ADD"})})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    reported = Reported()
+    with pytest.raises(Exception, match="injected failure"):
+        PodSandboxes(preparer.lifecycle, preparer.gate, failures=reported).run_pod_sandbox(_pod())
+    [(pod, reason, error, claim)] = reported.events
+    assert (pod, reason, claim) == ("p", "SandboxNetworkFailed", None)
+    assert "plugin second (CNI ADD) failed: injected failure" in error
+    _teardown(node, _sandboxes(preparer), _pod())
+    assert preparer.unprepare([REF])[UID].error is None
