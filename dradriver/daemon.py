@@ -91,6 +91,7 @@ def context_of(settings: Settings, api_server: str | None = None) -> HandlerCont
         protected_addresses=_api_server_address(api_server),
         cni_bin_dir=settings.cni_bin_dir,
         cni_state_dir=settings.cni_state_dir,
+        cni_timeout=settings.cni_timeout,
         cni_plugins=settings.cni_plugins,
     )
 

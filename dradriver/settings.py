@@ -67,6 +67,7 @@ class Settings:
     nri_plugin_index: str = "10"
     cni_bin_dir: Path = Path("/opt/cni/bin")
     cni_state_dir: Path = Path("/var/lib/cni")
+    cni_timeout: float = 0.8
     cni_plugins: tuple[str, ...] = ()
     nad_namespaces: tuple[str, ...] = ()
 
@@ -131,6 +132,8 @@ CNI = (  # claims of type cni (docs/cni.md)
     Flag("--cni-bin-dir", "/opt/cni/bin", "where the CNI plugins claims run are"),
     Flag("--cni-state-dir", "/var/lib/cni", "where CNI plugins keep their state (host-local's "
          "leases in networks/<network>)"),
+    Flag("--cni-timeout", 0.8, "most seconds a network's plugins may take, all of them, at "
+         "a pod sandbox's start (within the 1.5 s the driver answers the runtime in)", float),
     Flag("--cni-plugins", DEFAULT_CNI_PLUGINS, "comma-separated CNI plugins (and IPAM "
          "plugins) a claim's network may run"),
     Flag("--nad-namespaces", "", "comma-separated namespaces whose "
@@ -298,12 +301,16 @@ def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
     bad = [p for p in plugins if not naming.is_dns_label(p.replace("_", "-").lower())]
     if bad:
         raise SystemExit(f"--cni-plugins: {bad[0]!r} is not a plugin's file name")
+    timeout = float(args.cni_timeout)
+    if not 0.1 <= timeout <= 60:
+        raise SystemExit(f"--cni-timeout must be 0.1 to 60 seconds, got {args.cni_timeout}")
     spaces = split_list(args.nad_namespaces)
     if any(n != "*" and not naming.is_dns_label(n) for n in spaces):
         raise SystemExit(f"--nad-namespaces: namespace names or *, got {args.nad_namespaces!r}")
     return {
         "cni_bin_dir": Path(args.cni_bin_dir),
         "cni_state_dir": Path(args.cni_state_dir),
+        "cni_timeout": timeout,
         "cni_plugins": plugins,
         "nad_namespaces": spaces,
     }

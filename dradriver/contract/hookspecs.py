@@ -119,7 +119,8 @@ class HandlerContext:
     `link_bandwidth`: the bits per second a host NIC, or the VFs of a PF, offer as
     `bandwidth` when the kernel reports no link speed (0: none).
     `cni_bin_dir`, `cni_plugins`: where CNI plugins are, and the ones claims may run;
-    `cni_state_dir`: where they keep their state (host-local's leases).
+    `cni_state_dir`: where they keep their state (host-local's leases); `cni_timeout`:
+    the seconds a network's plugins may take in all at a sandbox's start.
     """
 
     driver_name: str
@@ -139,6 +140,7 @@ class HandlerContext:
     link_bandwidth: int = 0
     cni_bin_dir: Path = Path("/opt/cni/bin")
     cni_state_dir: Path = Path("/var/lib/cni")
+    cni_timeout: float = 0.8
     cni_plugins: tuple[str, ...] = ()
 
 

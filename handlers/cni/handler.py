@@ -37,10 +37,8 @@ TYPE = "cni"
 KIND = "network"
 VIRTUAL_KIND = "virtual"  # the node's virtual device (published by the netdev family)
 DEVICE_KINDS = ("host-device", "sriov-vf")  # whole host NICs and VFs
-# A chain's calls at a sandbox event, each bounded by what is left: the runtime gives
-# the driver 1.5 s per event, of which the lock may take 0.6 s (docs/cni.md).
-CHAIN_TIMEOUT = 0.8
 DEFAULT_INTERFACE = "net1"  # Multus's default for a secondary network
+DEFAULT_TIMEOUT = 0.8  # --cni-timeout's default
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -210,6 +208,7 @@ class CniHandler:
             "claim": str(req.claim),
             "capabilities": _capabilities(req.config),
             "binDir": str(req.context.cni_bin_dir),
+            "timeout": req.context.cni_timeout,
         }
         ips = tuple(str(a) for a in req.config.get("ips", ()))
         return Prepared(
@@ -226,7 +225,7 @@ class CniHandler:
         """ADD the network into the sandbox's namespace; its result is the state kept."""
         net, rt, bin_dir = _call(undo, sandbox)
         try:
-            result = runner.add(bin_dir, net, rt, CHAIN_TIMEOUT)
+            result = runner.add(bin_dir, net, rt, _timeout(undo))
         except runner.PluginError as exc:
             raise DeviceError(f"{_named(undo)}: {exc}") from None
         return Attached({"result": result}, network_data(result, rt.ifname))
@@ -237,7 +236,7 @@ class CniHandler:
         """DEL the network (told the ADD's result when it finished)."""
         net, rt, bin_dir = _call(undo, sandbox)
         prev = state.get("result") if state else None
-        failures = runner.delete(bin_dir, net, rt, prev, CHAIN_TIMEOUT)
+        failures = runner.delete(bin_dir, net, rt, prev, _timeout(undo))
         if failures:
             raise DeviceError(f"{_named(undo)}: {failures}")
 
@@ -245,9 +244,14 @@ class CniHandler:
         """CHECK the network against the ADD's result."""
         net, rt, bin_dir = _call(undo, sandbox)
         try:
-            runner.check(bin_dir, net, rt, state.get("result") or {}, CHAIN_TIMEOUT)
+            runner.check(bin_dir, net, rt, state.get("result") or {}, _timeout(undo))
         except runner.PluginError as exc:
             raise DeviceError(f"{_named(undo)}: {exc}") from None
+
+
+def _timeout(undo: Mapping[str, Any]) -> float:
+    """The seconds the network's plugins may take in all, as the record keeps them."""
+    return float(undo.get("timeout") or DEFAULT_TIMEOUT)
 
 
 def _capabilities(config: Mapping[str, Any]) -> dict[str, Any]:

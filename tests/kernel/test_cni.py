@@ -80,6 +80,7 @@ def _ctx(state: Path, **kw) -> object:
             "cni_bin_dir": BIN,
             "cni_plugins": PLUGINS,
             "cni_state_dir": state,
+            "cni_timeout": 30.0,  # the plugins take seconds under software emulation
             **kw,
         }
     )

@@ -4,7 +4,7 @@ CHECK, errors as JSON objects with a non-zero exit) and keeps what it "made" as 
 per (network, container, interface, plugin) in the directory its config names
 (`stateDir`), the way host-local keeps its leases. An ADD of what is there already fails
 (as a real plugin's does when the interface exists); `"fail": "ADD"` in its config
-makes that command fail."""
+makes that command fail, `"sleep": s` makes ADD take that long first."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = """
-import json, os, pathlib, sys
+import json, os, pathlib, sys, time
 cmd = os.environ["CNI_COMMAND"]
 conf = json.load(sys.stdin)
 me = pathlib.Path(sys.argv[0]).name
@@ -28,6 +28,7 @@ if conf.get("fail") == cmd:
 ifname, container = os.environ["CNI_IFNAME"], os.environ["CNI_CONTAINERID"]
 made = pathlib.Path(conf["stateDir"]) / f"{conf['name']}-{container}-{ifname}-{me}"
 if cmd == "ADD":
+    time.sleep(conf.get("sleep", 0))
     if not os.environ.get("CNI_NETNS"):
         fail(4, "CNI_NETNS is required")
     if made.exists():  # as macvlan's: the interface is in the namespace already

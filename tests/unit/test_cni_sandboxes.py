@@ -11,6 +11,7 @@ the running sandbox holds.
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,8 @@ def _network(state: Path, fail: dict[str, str] | None = None) -> str:
     return json.dumps({"cniVersion": "1.0.0", "name": "net-a", "plugins": plugins})
 
 
-def _preparer(node: Node, root: Path, injection: str = NRI) -> Any:
-    preparer = node.preparer(cni_bin_dir=root / "bin", cni_plugins=("first", "second"))
+def _preparer(node: Node, root: Path, injection: str = NRI, **settings: Any) -> Any:
+    preparer = node.preparer(cni_bin_dir=root / "bin", cni_plugins=("first", "second"), **settings)
     preparer.injection = injection
     return preparer
 
@@ -308,5 +309,21 @@ def test_a_sandbox_that_did_not_get_its_network_is_reported_on_its_pod(node, cni
     [(pod, reason, error, claim)] = reported.events
     assert (pod, reason, claim) == ("p", "SandboxNetworkFailed", None)
     assert "plugin second (CNI ADD) failed: injected failure" in error
+    _teardown(node, _sandboxes(preparer), _pod())
+    assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_plugin_slower_than_the_timeout_is_killed_the_sandbox_fails_and_nothing_is_left(
+    node, cni
+):
+    _add(node, {"config": _network(cni / "made", {"sleep": 30})})
+    preparer = _preparer(node, cni, cni_timeout=0.5)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"plugin second \(CNI ADD\) did not finish within"):
+        _sandboxes(preparer).run_pod_sandbox(_pod())
+    assert time.monotonic() - started < 10  # not the plugin's 30 s
+    assert _made(cni) == []
     _teardown(node, _sandboxes(preparer), _pod())
     assert preparer.unprepare([REF])[UID].error is None
