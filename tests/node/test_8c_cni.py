@@ -122,11 +122,11 @@ def _pod(name: str, template: str) -> dict[str, Any]:
     }
 
 
-def _objects(name: str) -> list[dict[str, Any]]:
-    """The NAD and template `name` of the examples."""
+def _objects(name: str, namespace: str) -> list[dict[str, Any]]:
+    """The NAD and template `name` of the examples, in `namespace`."""
     return [
         o
-        for o in example_objects(EXAMPLES, "x")
+        for o in example_objects(EXAMPLES, namespace)
         if o["metadata"]["name"] == name and o["kind"] != "Pod"
     ]
 
@@ -136,7 +136,8 @@ def test_two_pods_on_one_bridge_network_reach_each_other(
 ):
     _, state = cni_driver
     cluster.apply(
-        [*_objects("tuned-limited"), _pod("a", "tuned-limited"), _pod("b", "tuned-limited")], kns
+        [*_objects("tuned-limited", kns), _pod("a", "tuned-limited"), _pod("b", "tuned-limited")],
+        kns,
     )
     cluster.wait_running(kns, "a")
     cluster.wait_running(kns, "b")
@@ -157,7 +158,7 @@ def test_a_failing_plugin_fails_the_sandbox_with_its_words_and_leaves_nothing(
     cluster: NodeCluster, cni_driver: tuple[HostDriver, Path], kns
 ):
     _, state = cni_driver
-    [nad, template] = _objects("macvlan-conf")
+    [nad, template] = _objects("macvlan-conf", kns)
     conf = json.loads(nad["spec"]["config"])
     conf["plugins"].append({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.no_such_key": "1"}})
     nad["spec"]["config"] = json.dumps(conf)
