@@ -6,6 +6,10 @@ host-local's leases given back when the pods go; a failing plugin's words on the
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ import pytest
 
 from localcluster.driver import HostDriver
 from localcluster.manifests import DEPLOY
-from localcluster.podnet import via_exec
+from localcluster.podnet import sandbox_pid, via_exec, via_sandbox
 from tests.e2e.cluster import example_objects
 from tests.support import kernel
 from tests.support.waiting import wait_for
@@ -175,3 +179,67 @@ def test_a_failing_plugin_fails_the_sandbox_with_its_words_and_leaves_nothing(
     assert "no_such_key" in message, message
     assert cluster.pod(kns, "p")["status"]["phase"] == "Pending"
     assert _leases(state, "macvlan-conf") == []
+
+
+def _bridged(cluster: NodeCluster, bridge: str) -> list[str]:
+    """The node's links whose master is `bridge` (the pods' veth ends)."""
+    out = subprocess.run(
+        ["ip", "-n", cluster.local.lay.netns, "-j", "link", "show", "master", bridge],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return [ln["ifname"] for ln in json.loads(out.stdout or "[]")]
+
+
+def test_driver_sigkill_while_sandboxes_are_made_and_gone_leaves_nothing(
+    cluster: NodeCluster, cni_driver: tuple[HostDriver, Path], kns
+):
+    driver, state = cni_driver
+    lay = cluster.local.lay
+    names = [f"p{i}" for i in range(3)]
+    cluster.apply(
+        [*_objects("tuned-limited", kns), *(_pod(n, "tuned-limited") for n in names)], kns
+    )
+    log = lay.logs / "containerd.log"
+    wait_for(
+        "containerd to begin creating the pods' sandboxes",
+        lambda: all(f'RunPodSandbox for name:\\"{n}\\"' in log.read_text() for n in names),
+        60,
+        interval=0.01,
+        log=driver.log,
+    )
+    driver.kill()  # while the plugins of some sandbox may be running
+    time.sleep(1)
+    driver.start()
+    for name in names:
+        cluster.wait_running(kns, name)
+    wait_for(
+        "one lease per pod", lambda: len(_leases(state, "tuned-limited")) == 3, 30, log=driver.log
+    )
+
+    # The driver dies again; meanwhile p0's sandbox dies and the kubelet makes a new one,
+    # which the runtime creates without the plugin. Back, the driver deletes the network
+    # of the sandbox that went and makes it in the new one (its Synchronize).
+    driver.kill()
+    uid = cluster.pod(kns, "p0")["metadata"]["uid"]
+    old = sandbox_pid(lay, uid)
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_for(
+        "p0's new sandbox to run without the driver",
+        lambda: (pid := sandbox_pid(lay, uid)) is not None and pid != old,
+        60,
+        log=lambda: cluster.describe_pod(kns, "p0"),
+    )
+    driver.start()
+    wait_for(
+        "p0's new sandbox to get net1", lambda: "net1" in via_sandbox(lay, uid), 30, log=driver.log
+    )
+    wait_for(
+        "one lease per pod", lambda: len(_leases(state, "tuned-limited")) == 3, 30, log=driver.log
+    )
+    assert len(_bridged(cluster, "cni-br-tuned")) == 3
+    for name in names:
+        cluster.delete_and_wait(kns, name)
+    assert _leases(state, "tuned-limited") == []
+    assert _bridged(cluster, "cni-br-tuned") == []
+    assert "Traceback" not in driver.log()
