@@ -16,7 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import churn, fleet, latency, lifecycle, node, nodechurn, placement, publishing, rtnl
+from bench import (
+    churn,
+    cniattach,
+    fleet,
+    latency,
+    lifecycle,
+    node,
+    nodechurn,
+    placement,
+    publishing,
+    rtnl,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +80,7 @@ def run(quick: bool, only: frozenset[str] = frozenset(), churn_pods: int = 1000)
     section("memory", lifecycle.memory, 1000 if quick else 10000, 100)
     section("rtnl", rtnl.figures, n)
     section("placement", placement.placement, (1, 8, 16, 32), 1 if quick else 5)
+    section("cni", cniattach.cni_attach, 5 if quick else 20)
     section("churn", churn.churn, 100 if quick else 1000, 25 if quick else 250)
     section("node", node.node_figures, 5 if quick else 20)
     section("node-churn", nodechurn.node_churn, 50 if quick else churn_pods)
@@ -188,6 +200,7 @@ def table(r: dict[str, Any]) -> str:
         )
     lines += rtnl_rows(r)
     lines += placement.rows(r.get("placement", []))
+    lines += cniattach.rows(r.get("cni"))
     lines += churn.rows(r.get("churn"))
     lines += node_rows(r)
     lines += nodechurn.rows(r.get("node-churn"))
