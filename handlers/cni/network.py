@@ -30,6 +30,7 @@ PARENT_FIELDS = {"macvlan": "master", "ipvlan": "master", "vlan": "master"}
 BRIDGE, DEFAULT_BRIDGE = "bridge", "cni0"
 # A bridge's fields that change the node: an address (the gateway) and routes on it, NAT.
 BRIDGE_NODE_FIELDS = ("isGateway", "isDefaultGateway", "forceAddress", "ipMasq")
+TUNING = "tuning"  # keeps a backup of what it changed in its dataDir (/run/cni/tuning)
 # IPAM fields naming a path on the node (host-local's lease directory, a resolv.conf).
 IPAM_FILE_FIELDS = ("dataDir", "resolvConf")
 # host-device's fields that pick a host interface; a claim gives it its allocated one.
@@ -162,6 +163,11 @@ def node_changes(network: Network) -> list[tuple[str, str]]:
                         (f"plugins[{i}].{field}", "would give the node an address, a route or NAT "
                          "rules; a claim never changes the node's own network")
                     )  # fmt: skip
+        if plugin["type"] == TUNING and "dataDir" in plugin:
+            out.append(
+                (f"plugins[{i}].dataDir", "names a directory on the node; a claim's plugins "
+                 "keep their state where the driver's node keeps it")
+            )  # fmt: skip
         ipam = plugin.get("ipam")
         if isinstance(ipam, dict):
             for field in IPAM_FILE_FIELDS:
@@ -174,14 +180,17 @@ def node_changes(network: Network) -> list[tuple[str, str]]:
 
 
 def with_state_dir(network: Network, state_dir: str) -> Network:
-    """The list with host-local's leases kept under `state_dir`/networks (the node's
-    state directory the operator chose; a config may not name one)."""
+    """The list with the plugins' files kept under `state_dir` (the node's state
+    directory the operator chose; a config may not name one): host-local's leases in
+    networks/, tuning's backups of what it changed in tuning/."""
     plugins = []
     for plugin in network.plugins:
         conf = dict(plugin)
         ipam = conf.get("ipam")
         if isinstance(ipam, dict) and ipam.get("type") == "host-local":
             conf["ipam"] = {**ipam, "dataDir": f"{state_dir}/networks"}
+        if conf["type"] == TUNING:
+            conf["dataDir"] = f"{state_dir}/tuning"
         plugins.append(conf)
     return Network(network.name, network.version, tuple(plugins))
 

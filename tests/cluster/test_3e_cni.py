@@ -55,9 +55,7 @@ def test_example_networks_from_the_chart_and_image(chart: ChartCluster, kns):
         assert sorted(p.name for p in leases.iterdir() if p.name[0].isdigit())
 
         # The node whose runtime has NRI off prepares claims in CDI mode: refused.
-        [refused] = [
-            o for o in _objects(kns, {"macvlan-conf"}, cdi_node) if o["kind"] == "Pod"
-        ]
+        [refused] = [o for o in _objects(kns, {"macvlan-conf"}, cdi_node) if o["kind"] == "Pod"]
         refused["metadata"]["name"] = "on-cdi-node"
         chart.api.apply(refused, kns)
 

@@ -196,6 +196,9 @@ def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
     config["plugins"][0]["ipam"]["dataDir"] = "/etc"
     with pytest.raises(ConfigError, match=r"ipam.dataDir: names a file or directory"):
         _prepared(config, ctx)
+    tuning = {"cniVersion": "1.0.0", "name": "t", "type": "tuning", "dataDir": "/etc"}
+    with pytest.raises(ConfigError, match=r"plugins\[0\].dataDir: names a directory"):
+        _prepared(tuning, ctx)
     bridge = {"cniVersion": "1.0.0", "name": "b", "type": "bridge", "isGateway": True}
     with pytest.raises(ConfigError) as err:
         _prepared(bridge, ctx)
@@ -265,6 +268,7 @@ def test_each_example_network_attachment_definition_as_it_is(in_ns, pods, tmp_pa
             tc = ["tc", "-n", in_ns, "-j", "qdisc", "show"]
             qdiscs = json.loads(subprocess.run(tc, capture_output=True, check=True).stdout)
             assert any(q["kind"] == "tbf" for q in qdiscs), qdiscs  # on the node's veth end
+            assert list((tmp_path / "tuning").iterdir()), "tuning's backup in the state dir"
         handler.check(prepared.undo, sandbox, attached.state)
     finally:
         handler.detach(prepared.undo, sandbox, attached.state)
