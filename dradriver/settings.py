@@ -68,6 +68,7 @@ class Settings:
     cni_bin_dir: Path = Path("/opt/cni/bin")
     cni_state_dir: Path = Path("/var/lib/cni")
     cni_timeout: float = 0.8
+    cni_network_status: bool = False
     cni_plugins: tuple[str, ...] = ()
     nad_namespaces: tuple[str, ...] = ()
 
@@ -136,6 +137,9 @@ CNI = (  # claims of type cni (docs/cni.md)
          "a pod sandbox's start (within the 1.5 s the driver answers the runtime in)", float),
     Flag("--cni-plugins", DEFAULT_CNI_PLUGINS, "comma-separated CNI plugins (and IPAM "
          "plugins) a claim's network may run"),
+    Flag("--cni-network-status", "off", "on: write each pod's k8s.v1.cni.cncf.io/"
+         "network-status annotation, as Multus does, for its networks of type cni (needs "
+         "patch on pods); off: do not"),
     Flag("--nad-namespaces", "", "comma-separated namespaces whose "
          "NetworkAttachmentDefinitions any claim may name, besides its own namespace's; * "
          "for every namespace (default none)"),
@@ -304,6 +308,8 @@ def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
     timeout = float(args.cni_timeout)
     if not 0.1 <= timeout <= 60:
         raise SystemExit(f"--cni-timeout must be 0.1 to 60 seconds, got {args.cni_timeout}")
+    if str(args.cni_network_status) not in ("off", "on"):
+        raise SystemExit(f"--cni-network-status must be off or on, got {args.cni_network_status!r}")
     spaces = split_list(args.nad_namespaces)
     if any(n != "*" and not naming.is_dns_label(n) for n in spaces):
         raise SystemExit(f"--nad-namespaces: namespace names or *, got {args.nad_namespaces!r}")
@@ -311,6 +317,7 @@ def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
         "cni_bin_dir": Path(args.cni_bin_dir),
         "cni_state_dir": Path(args.cni_state_dir),
         "cni_timeout": timeout,
+        "cni_network_status": str(args.cni_network_status) == "on",
         "cni_plugins": plugins,
         "nad_namespaces": spaces,
     }

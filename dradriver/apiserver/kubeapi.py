@@ -217,6 +217,16 @@ class KubeApi:
             "application/apply-patch+yaml",
         )
 
+    def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: Mapping[str, str]
+    ) -> None:
+        """Merge `annotations` into pod `namespace/name`, if it still has UID `uid`."""
+        if not naming.is_dns_label(namespace) or not naming.is_dns_subdomain(name):
+            raise ApiError(0, "Invalid", f"{namespace}/{name} is not a namespace and name")
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        path = f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}"
+        self.request("PATCH", path, body, None, "application/merge-patch+json")
+
     def get_node(self, name: str) -> dict[str, Any]:
         """GET a Node."""
         result: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{segment(name)}")

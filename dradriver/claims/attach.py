@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from dradriver.apiserver import networkstatus
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.contract.hookspecs import AttachingHandler, PodSandbox
 from dradriver.contract.registry import HandlerRegistry
-from dradriver.state.moves import IN, SPENT, placement
+from dradriver.state.moves import IN, SPENT, is_in, placement
 from dradriver.state.records import ClaimRecord, DeviceRecord, network_data_json
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ def attach(
     record.placement[key] = placement(
         IN, sandbox.id, sandbox.netns, sandbox.pod_uid, since, json.dumps(attached.state)
     )
+    if attached.network:
+        record.placement[key]["network"] = attached.network
     if attached.network_data is not None:
         device.network_data = network_data_json(attached.network_data)
 
@@ -129,6 +132,26 @@ def detach_all(
         except DriverError as exc:
             failures.append(f"request {key.split('/', 1)[0]}: {exc}")
     return failures
+
+
+def network_status(records: Sequence[ClaimRecord], sandbox: str) -> list[dict[str, Any]]:
+    """The pod's network-status entries: its devices made in `sandbox`, in order."""
+    out = []
+    for record in records:
+        for device in record.devices:
+            where = record.placement.get(device.key)
+            if device.key not in record.attached or not is_in(where, sandbox) or not where:
+                continue
+            data = device.network_data or {}
+            out.append(
+                networkstatus.entry(
+                    where.get("network") or device.request,
+                    str(data.get("interfaceName") or ""),
+                    list(data.get("ips") or ()),
+                    data.get("hardwareAddress"),
+                )
+            )
+    return out
 
 
 def check(registry: HandlerRegistry, record: ClaimRecord, key: str) -> None:

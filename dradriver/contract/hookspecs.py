@@ -323,10 +323,12 @@ class PodSandbox:
 @dataclass(frozen=True)
 class Attached:
     """What attaching a device in a sandbox did: `state` (JSON-serialisable, kept in
-    the record and handed back to `detach` and `check`) and what the pod got."""
+    the record and handed back to `detach` and `check`), what the pod got, and the
+    network's name as the pod's `k8s.v1.cni.cncf.io/network-status` names it."""
 
     state: Mapping[str, Any]
     network_data: NetworkData | None = None
+    network: str = ""
 
 
 class Handler(Protocol):

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from dradriver.apiserver.networkstatus import NetworkStatusWriter
 from dradriver.base.errors import DriverError
 from dradriver.base.log import event
 from dradriver.base.metrics import Metrics
@@ -101,17 +102,20 @@ class PodSandboxes:
         sync_lock_wait: float = SYNC_LOCK_WAIT,
         status: StatusSink | None = None,
         failures: FailureEvents | None = None,
+        network_status: NetworkStatusWriter | None = None,
     ) -> None:
         """Wire the collaborators; `gate` holds the cross-instance lock prepare takes;
         `status` gets a claim prepared again (its interfaces, and MACs, are new);
         `failures` posts a Warning Event on a pod whose sandbox did not get its devices,
-        or whose network no longer checks out."""
+        or whose network no longer checks out; `network_status` writes the pod's
+        network-status annotation after its networks are made (off: None)."""
         self.lifecycle = lifecycle
         self.records = lifecycle.records
         self.gate = gate
         self.metrics = metrics
         self.status = status
         self.reports = SandboxReports(lifecycle.registry, failures)
+        self.network_status = network_status
         self.lock_wait = lock_wait
         self.sync_lock_wait = sync_lock_wait
         self._guard = threading.Lock()
@@ -240,15 +244,19 @@ class PodSandboxes:
                 f"{_claim(records[0])}: the pod uses the node's network namespace "
                 "(hostNetwork): its interfaces cannot be moved into the pod"
             )
-        for record in records:
-            self._place(record, pod)
+        placed = [self._place(record, pod) for record in records]
+        if self.network_status is not None and any(placed):
+            entries = attach.network_status(records, pod.id)
+            if entries:
+                self.network_status.submit(pod.namespace, pod.name, pod.uid, entries)
 
-    def _place(self, record: ClaimRecord, pod: Sandbox) -> None:
-        """Move every device of the claim into the pod's sandbox (see the module doc)."""
+    def _place(self, record: ClaimRecord, pod: Sandbox) -> bool:
+        """Move every device of the claim into the pod's sandbox (see the module doc);
+        whether there was anything to move."""
         keys = [k for k, moves in record.moves.items() if moves]
         todo = [k for k in keys if not is_in(record.placement.get(k), pod.id)]
         if not todo:
-            return
+            return False
         holder = other_pod(record.placement, todo, pod.id, pod.uid, record.pod_uids)
         if holder is not None:
             raise DriverError(
@@ -307,6 +315,7 @@ class PodSandboxes:
             sandbox=pod.id,
             interfaces=",".join(m.container or m.rdma for k in todo for m in record.moves[k]),
         )
+        return True
 
     def _ready(self, record: ClaimRecord, key: str, sandbox: str) -> bool:
         """Whether a device can move into `sandbox` as it is: on the host as prepared,

@@ -228,7 +228,8 @@ class CniHandler:
             result = runner.add(bin_dir, net, rt, _timeout(undo))
         except runner.PluginError as exc:
             raise DeviceError(f"{_named(undo)}: {exc}") from None
-        return Attached({"result": result}, network_data(result, rt.ifname))
+        name = str(undo.get("attachment") or net.name)
+        return Attached({"result": result}, network_data(result, rt.ifname), name)
 
     def detach(
         self, undo: Mapping[str, Any], sandbox: PodSandbox, state: Mapping[str, Any] | None

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from localcluster.driver import HostDriver
-from localcluster.manifests import DEPLOY
+from localcluster.manifests import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA
 from localcluster.podnet import sandbox_pid, via_exec, via_sandbox
 from tests.e2e.cluster import example_objects
 from tests.support import kernel
@@ -243,3 +243,62 @@ def test_driver_sigkill_while_sandboxes_are_made_and_gone_leaves_nothing(
     assert _leases(state, "tuned-limited") == []
     assert _bridged(cluster, "cni-br-tuned") == []
     assert "Traceback" not in driver.log()
+
+
+def test_the_pods_network_status_annotation_as_multus_writes_it(
+    cluster: NodeCluster, drivers: Any, kns
+):
+    """With --cni-network-status on, and patch on pods granted as the chart grants it."""
+    cluster.apply(CRD)
+    grant = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "dra-driver-network-status"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "dra-driver-network-status"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "dra-driver-network-status"},
+        "subjects": [{"kind": "ServiceAccount", "name": DRIVER_SA,
+                      "namespace": DRIVER_NAMESPACE}],
+    }  # fmt: skip
+    cluster.apply([grant, binding])
+    try:
+        _annotated(cluster, drivers, kns)
+    finally:
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        cluster.delete(f"{rbac}/clusterrolebindings/dra-driver-network-status")
+        cluster.delete(f"{rbac}/clusterroles/dra-driver-network-status")
+
+
+def _annotated(cluster: NodeCluster, drivers: Any, kns: str) -> None:
+    """A pod with a NAD's network gets its annotation."""
+    state = cluster.local.lay.workdir / "cni-state"
+    drivers.start(
+        "--virtual-parents", "eth0,cni-br*", "--cni-bin-dir", "/usr/lib/cni",
+        "--cni-state-dir", str(state), "--cni-network-status", "on",
+    )  # fmt: skip
+    cluster.apply([*_objects("macvlan-conf", kns), _pod("p", "macvlan-conf")], kns)
+    cluster.wait_running(kns, "p")
+    net1 = via_exec(cluster.local.kubectl, kns, "p", "app")["net1"]
+
+    def annotation() -> str | None:
+        return (cluster.pod(kns, "p")["metadata"].get("annotations") or {}).get(
+            "k8s.v1.cni.cncf.io/network-status"
+        )
+
+    text = wait_for("the network-status annotation", annotation, 30)
+    assert json.loads(text) == [
+        {
+            "name": f"{kns}/macvlan-conf",
+            "interface": "net1",
+            "ips": [net1.addresses[0].split("/")[0]],
+            "mac": net1.mac,
+            "default": False,
+            "dns": {},
+        }
+    ]
+    cluster.delete_and_wait(kns, "p")

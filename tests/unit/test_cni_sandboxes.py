@@ -327,3 +327,44 @@ def test_a_plugin_slower_than_the_timeout_is_killed_the_sandbox_fails_and_nothin
     assert _made(cni) == []
     _teardown(node, _sandboxes(preparer), _pod())
     assert preparer.unprepare([REF])[UID].error is None
+
+
+class Annotations:
+    """The NetworkStatusWriter as the sandbox handler uses it, keeping what it submits."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, str, str, list[dict[str, Any]]]] = []
+
+    def submit(self, namespace: str, name: str, uid: str, entries: list[dict[str, Any]]) -> None:
+        self.submitted.append((namespace, name, uid, entries))
+
+
+def test_the_pods_network_status_is_written_as_multus_writes_it_once_per_sandbox(node, cni):
+    node.api.fake.add_nad("default", "net-a", _network(cni / "made"))
+    _add(node, {"networkAttachment": "net-a"})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    written = Annotations()
+    sandboxes = PodSandboxes(preparer.lifecycle, preparer.gate, network_status=written)
+    sandboxes.run_pod_sandbox(_pod())
+    sandboxes.run_pod_sandbox(_pod())  # a repeat (another instance's event): nothing new
+    assert written.submitted == [
+        (
+            "default",
+            "p",
+            POD,
+            [
+                {
+                    "name": "default/net-a",
+                    "interface": "net1",
+                    "ips": ["10.99.0.5"],
+                    "mac": "02:00:00:aa:bb:01",
+                    "default": False,
+                    "dns": {},
+                }
+            ],
+        )
+    ]
+    _teardown(node, sandboxes, _pod())
+    assert preparer.unprepare([REF])[UID].error is None
