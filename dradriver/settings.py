@@ -125,9 +125,10 @@ CLAIM_LIMITS = (  # what a claim's config may set
          "cluster|node, blockSize}; every range inside --claim-address-ranges (default none)"),
 )  # fmt: skip
 # Debian's containernetworking-plugins minus dhcp (a daemon of its own), portmap and
-# firewall (they change the node's packet filter for every pod).
+# firewall (they change the node's packet filter for every pod) and ptp (it puts an
+# address and routes on the node's end of each pod's link).
 DEFAULT_CNI_PLUGINS = (
-    "bandwidth,bridge,host-device,host-local,ipvlan,loopback,macvlan,ptp,sbr,static,tuning,vlan,vrf"
+    "bandwidth,bridge,host-device,host-local,ipvlan,loopback,macvlan,sbr,static,tuning,vlan,vrf"
 )
 CNI = (  # claims of type cni (docs/cni.md)
     Flag("--cni-bin-dir", "/opt/cni/bin", "where the CNI plugins claims run are"),

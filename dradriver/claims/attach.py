@@ -35,14 +35,14 @@ def handler_of(registry: HandlerRegistry, device: DeviceRecord) -> AttachingHand
     return handler  # type: ignore[return-value]
 
 
-def sandbox_at(where: Mapping[str, str], pod_namespace: str = "", pod_name: str = "") -> PodSandbox:
-    """The sandbox a placement names."""
+def sandbox_at(where: Mapping[str, str]) -> PodSandbox:
+    """The sandbox a placement names (and its pod's name, where the attach kept it)."""
     return PodSandbox(
         id=where.get("sandbox", ""),
         netns=where.get("netns", ""),
         pod_uid=where.get("pod", ""),
-        pod_namespace=pod_namespace,
-        pod_name=pod_name,
+        pod_namespace=where.get("podNamespace", ""),
+        pod_name=where.get("podName", ""),
     )
 
 
@@ -73,15 +73,21 @@ def attach(
     device = _device(record, key)
     try:
         attached = handler_of(registry, device).attach(device.undo, sandbox)
-    except DriverError as exc:
-        for other in together:  # nothing of the claim stays half made in the sandbox
-            detach_quietly(registry, record, other)
+    except DriverError as exc:  # its own partial work the handler undid; the others go
+        where = record.placement.get(key)
+        if where is not None:
+            record.placement[key] = {**where, "state": SPENT}
+        for other in together:
+            if other != key and is_in(record.placement.get(other), sandbox.id):
+                detach_quietly(registry, record, other)
         raise DriverError(f"request {device.request}: {exc}") from exc
     record.placement[key] = placement(
         IN, sandbox.id, sandbox.netns, sandbox.pod_uid, since, json.dumps(attached.state)
     )
+    where = record.placement[key]
+    where |= {"podNamespace": sandbox.pod_namespace, "podName": sandbox.pod_name}
     if attached.network:
-        record.placement[key]["network"] = attached.network
+        where["network"] = attached.network
     if attached.network_data is not None:
         device.network_data = network_data_json(attached.network_data)
 

@@ -408,5 +408,9 @@ class ClaimLifecycle:
         return failures
 
     def prepare_again(self, record: ClaimRecord) -> ClaimRecord:
-        """Make a prepared claim's kernel objects anew from its record (after a reboot)."""
+        """Make a prepared claim's kernel objects anew from its record (after a reboot);
+        what its devices made in pod sandboxes is detached first (a CNI network's lease
+        outlives a reboot; a failure is logged: the sandboxes are gone)."""
+        for failure in self._detach(record):
+            event(log, logging.ERROR, "cannot detach", claim=record.claim.uid, error=failure)
         return self.commit(record.claim, self.planner.replan(record), record.pod_uids, record)

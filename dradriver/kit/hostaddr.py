@@ -67,6 +67,29 @@ def check(
         raise ConfigError.many(issues)
 
 
+def check_span(
+    context: HandlerContext, first: str, last: str, path: str, on_host: bool = ON_HOST
+) -> None:
+    """Refuse a range an IPAM hands addresses out of (`first` to `last`) unless it lies
+    inside one of the operator's ranges, with neither end an address the node uses
+    (where the host sees them). Issues name `path`."""
+    try:
+        low, high = ipaddress.ip_address(first), ipaddress.ip_address(last)
+    except ValueError:
+        raise ConfigError(f"{first}-{last} is not a range of addresses", path) from None
+    ranges = iprules.parse_ranges(context.claim_address_ranges)
+    if not any(low.version == r.version and low in r and high in r for r in ranges):
+        allowed = ",".join(context.claim_address_ranges) or "empty"
+        raise ConfigError(
+            f"{first}-{last} is not inside one of the address ranges this node allows claims "
+            f"(--claim-address-ranges: {allowed})",
+            path,
+        )
+    prefix = 32 if low.version == 4 else 128
+    ends = [ipaddress.ip_interface(f"{ip}/{prefix}") for ip in {low, high}]
+    check(context, ends, path, on_host=on_host)
+
+
 def host_view(context: HandlerContext, own: Collection[int] = ()) -> iprules.HostView:
     """What the node uses now: addresses of its links (except `own` and the driver's),
     local, broadcast and anycast routes, every route's gateways, and the protected

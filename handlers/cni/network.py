@@ -9,6 +9,7 @@ configuration plus the list's `name` and `cniVersion`, the previous plugin's res
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,9 @@ PARENT_FIELDS = {"macvlan": "master", "ipvlan": "master", "vlan": "master"}
 BRIDGE, DEFAULT_BRIDGE = "bridge", "cni0"
 # A bridge's fields that change the node: an address (the gateway) and routes on it, NAT.
 BRIDGE_NODE_FIELDS = ("isGateway", "isDefaultGateway", "forceAddress", "ipMasq")
+# What the runtime passes a plugin (CNI spec: runtimeConfig; CNI_ARGS given in the
+# config as `args`): a network naming them would pick devices and addresses itself.
+RUNTIME_FIELDS = ("runtimeConfig", "args")
 TUNING = "tuning"  # keeps a backup of what it changed in its dataDir (/run/cni/tuning)
 # IPAM fields naming a path on the node (host-local's lease directory, a resolv.conf).
 IPAM_FILE_FIELDS = ("dataDir", "resolvConf")
@@ -46,6 +50,7 @@ class Network:
     name: str
     version: str
     plugins: tuple[Mapping[str, Any], ...]
+    check: bool = True  # CHECK may run: spec 0.4.0 or later, and no `disableCheck`
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -73,7 +78,8 @@ class Network:
 
     def to_json(self) -> dict[str, Any]:
         """As a conflist (kept in the claim's record)."""
-        return {"cniVersion": self.version, "name": self.name, "plugins": list(self.plugins)}
+        out = {"cniVersion": self.version, "name": self.name, "plugins": list(self.plugins)}
+        return out if self.check else {**out, "disableCheck": True}
 
 
 def parse(text: str, path: str = f"{CNI_PATH}.config") -> Network:
@@ -113,7 +119,10 @@ def parse(text: str, path: str = f"{CNI_PATH}.config") -> Network:
         kind = plugin.get("type")
         if not isinstance(kind, str) or not PLUGIN_RE.fullmatch(kind):
             raise ConfigError(f"type {kind!r}: not a plugin name", f"{where}.type")
-    return Network(name, version, tuple(plugins))
+    spoken = tuple(int(n) for n in version.split("."))
+    return Network(
+        name, version, tuple(plugins), spoken >= (0, 4, 0) and not doc.get("disableCheck")
+    )
 
 
 def check_allowed(network: Network, allowed: Sequence[str], path: str) -> None:
@@ -156,6 +165,13 @@ def node_changes(network: Network) -> list[tuple[str, str]]:
     or NAT rules on the node for a bridge, a file where the operator did not put one."""
     out = []
     for i, plugin in enumerate(network.plugins):
+        for field in RUNTIME_FIELDS:
+            if field in plugin:
+                out.append(
+                    (f"plugins[{i}].{field}", "is the runtime's to pass, never a network's "
+                     "(a claim's addresses and MAC go in cni.ips and cni.mac, where the node "
+                     "checks them)")
+                )  # fmt: skip
         if plugin["type"] == BRIDGE:
             for field in BRIDGE_NODE_FIELDS:
                 if plugin.get(field):
@@ -177,6 +193,39 @@ def node_changes(network: Network) -> list[tuple[str, str]]:
                          "a claim's IPAM keeps its state where the driver's node keeps it")
                     )  # fmt: skip
     return out
+
+
+def host_local_ranges(network: Network) -> list[tuple[str, str, str]]:
+    """(field path, first, last) of every range host-local hands addresses out of:
+    `ranges` (range sets of {subnet, rangeStart, rangeEnd}) or the older `subnet`;
+    each first and last is its subnet's when not given ("" when there is no subnet)."""
+    out = []
+    for i, plugin in enumerate(network.plugins):
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
+            continue
+        sets = ipam.get("ranges")
+        entries: list[tuple[str, Any]] = []
+        if isinstance(sets, list):
+            for j, rset in enumerate(sets):
+                for k, rng in enumerate(rset if isinstance(rset, list) else [rset]):
+                    entries.append((f"plugins[{i}].ipam.ranges[{j}][{k}]", rng))
+        if "subnet" in ipam or not entries:
+            entries.append((f"plugins[{i}].ipam", ipam))
+        for path, rng in entries:
+            out.append((path, *_first_last(rng if isinstance(rng, dict) else {})))
+    return out
+
+
+def _first_last(rng: Mapping[str, Any]) -> tuple[str, str]:
+    """A host-local range's first and last address, as host-local would take them."""
+    try:
+        net = ipaddress.ip_network(str(rng.get("subnet")), strict=False)
+    except ValueError:
+        return "", ""
+    first = str(rng.get("rangeStart") or net.network_address + 1)
+    last = str(rng.get("rangeEnd") or (net.broadcast_address - (1 if net.version == 4 else 0)))
+    return first, last
 
 
 def with_state_dir(network: Network, state_dir: str) -> Network:

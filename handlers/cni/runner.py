@@ -9,8 +9,10 @@ bounded in time: a plugin still running at its deadline is killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -79,14 +81,7 @@ def call(
         }
     what = f"plugin {plugin} (CNI {command})"
     try:
-        done = subprocess.run(
-            [str(binary(bin_dir, plugin))],
-            input=json.dumps(conf).encode(),
-            env=env,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
+        done = _run([str(binary(bin_dir, plugin))], json.dumps(conf).encode(), env, timeout)
     except subprocess.TimeoutExpired:
         raise PluginError(f"{what} did not finish within {timeout:.2f} s and was killed") from None
     except OSError as exc:
@@ -103,6 +98,29 @@ def call(
     if not isinstance(doc, dict):
         raise PluginError(f"{what} printed something that is not a JSON object: {_brief(out)}")
     return doc
+
+
+def _run(
+    argv: list[str], stdin: bytes, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a plugin in a process group of its own; at the timeout the whole group is
+    killed (an IPAM plugin the plugin started included), then TimeoutExpired."""
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _error_text(out: bytes, err: bytes, code: int) -> str:
@@ -151,15 +169,15 @@ def add(bin_dir: Path, network: Network, rt: Runtime, timeout: float) -> dict[st
 def delete(
     bin_dir: Path, network: Network, rt: Runtime, prev: Mapping[str, Any] | None, timeout: float
 ) -> str:
-    """DEL every plugin in reverse order, each told the ADD's result if there was one;
-    every plugin is called even after a failure. The failures ("" none)."""
-    left = _budget(timeout)
+    """DEL every plugin in reverse order, each told the ADD's result if there was one
+    and each given `timeout` (the first plugin, whose IPAM holds the address, is never
+    left a sliver); every plugin is called even after a failure. The failures ("" none)."""
     failures = []
     for i in reversed(range(len(network.plugins))):
         plugin = network.types[i]
         try:
             call(bin_dir, plugin, DEL, rt, network.plugin_config(i, prev, rt.capabilities),
-                 left())  # fmt: skip
+                 timeout)  # fmt: skip
         except PluginError as exc:
             failures.append(str(exc))
     return "; ".join(failures)
@@ -168,7 +186,10 @@ def delete(
 def check(
     bin_dir: Path, network: Network, rt: Runtime, prev: Mapping[str, Any], timeout: float
 ) -> None:
-    """CHECK every plugin in order against the ADD's result (spec 0.4.0 and later)."""
+    """CHECK every plugin in order against the ADD's result; nothing for a network that
+    does not allow it (spec before 0.4.0, or `disableCheck`)."""
+    if not network.check:
+        return
     left = _budget(timeout)
     for i, plugin in enumerate(network.types):
         call(bin_dir, plugin, CHECK, rt, network.plugin_config(i, prev, rt.capabilities),

@@ -18,11 +18,11 @@ from .chart import ChartCluster, host_path, pinned
 
 EXAMPLES = DEPLOY / "cni-examples.yaml"
 EXPECTED = {
-    "macvlan-conf": ("10.10.0.", "macvlan"),
+    "macvlan-conf": ("203.0.113.1", "macvlan"),
     "bridge-static": ("198.51.100.210/24", "bridge"),
-    "ipvlan-conf": ("10.12.0.", "ipvlan"),
-    "vlan-conf": ("10.13.0.", "vlan"),
-    "tuned-limited": ("10.14.0.", "bridge"),
+    "ipvlan-conf": ("203.0.113.1", "ipvlan"),
+    "vlan-conf": ("203.0.113.", "vlan"),
+    "tuned-limited": ("192.0.2.1", "bridge"),
 }
 
 

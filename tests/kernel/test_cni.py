@@ -205,6 +205,16 @@ def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
     assert "isGateway: would give the node an address" in str(err.value)
     assert "bridge: cni0 is not on the operator's list" in str(err.value)
     del config["plugins"][0]["ipam"]["dataDir"]
+    config["plugins"][0]["runtimeConfig"] = {"deviceID": "0000:00:03.0"}
+    with pytest.raises(ConfigError, match=r"runtimeConfig: is the runtime's to pass"):
+        _prepared(config, ctx)
+    del config["plugins"][0]["runtimeConfig"]
+    outside = _macvlan()
+    outside["plugins"][0]["ipam"]["ranges"] = [[{"subnet": "172.16.5.0/24"}]]
+    with pytest.raises(
+        ConfigError, match=r"ranges\[0\]\[0\]: 172.16.5.1-172.16.5.254 is not inside"
+    ):
+        _prepared(outside, ctx)
     config["cniVersion"] = "9.9.0"
     with pytest.raises(ConfigError, match=r"cniVersion 9.9.0: plugin macvlan speaks .*1\.0\.0"):
         _prepared(config, ctx)
@@ -220,11 +230,11 @@ def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
 
 # What each example's pod gets on net1: its address range, and what else it must show.
 EXPECTED = {
-    "macvlan-conf": ("10.10.0.", "macvlan"),
+    "macvlan-conf": ("203.0.113.1", "macvlan"),
     "bridge-static": ("198.51.100.210/24", "veth"),
-    "ipvlan-conf": ("10.12.0.", "ipvlan"),
-    "vlan-conf": ("10.13.0.", "vlan"),
-    "tuned-limited": ("10.14.0.", "veth"),
+    "ipvlan-conf": ("203.0.113.1", "ipvlan"),
+    "vlan-conf": ("203.0.113.", "vlan"),
+    "tuned-limited": ("192.0.2.1", "veth"),
 }
 
 

@@ -32,11 +32,11 @@ CRD = DEPLOY / "helm/dra-driver/files/network-attachment-definition-crd.yaml"
 EXAMPLES = DEPLOY / "cni-examples.yaml"
 # What each example's pod gets on net1 (an address prefix), and the kernel feature it needs.
 EXPECTED = {
-    "macvlan-conf": ("10.10.0.", "macvlan"),
+    "macvlan-conf": ("203.0.113.1", "macvlan"),
     "bridge-static": ("198.51.100.210/24", "bridge"),
-    "ipvlan-conf": ("10.12.0.", "ipvlan"),
-    "vlan-conf": ("10.13.0.", "vlan"),
-    "tuned-limited": ("10.14.0.", "bridge"),
+    "ipvlan-conf": ("203.0.113.1", "ipvlan"),
+    "vlan-conf": ("203.0.113.", "vlan"),
+    "tuned-limited": ("192.0.2.1", "bridge"),
 }
 
 

@@ -368,3 +368,27 @@ def test_the_pods_network_status_is_written_as_multus_writes_it_once_per_sandbox
     ]
     _teardown(node, sandboxes, _pod())
     assert preparer.unprepare([REF])[UID].error is None
+
+
+def test_a_reboot_deletes_the_networks_of_the_sandboxes_it_ended(node, cni):
+    """A CNI network's lease is a file on the node: it outlives the reboot that ended
+    the sandbox, so the claim prepared again at start deletes it first."""
+    from dradriver.claims import reconcile
+
+    _add(node, {"config": _network(cni / "made")})
+    preparer = _preparer(node, cni)
+    preparer.lifecycle.boot_id = "boot-1"
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    assert _made(cni) == _holds("s1")
+    node.kernel.remove_namespace(NETNS)  # the reboot: the sandbox went with it
+    restarted = _preparer(node, cni)
+    restarted.lifecycle.boot_id = "boot-2"
+    loaded, _ = restarted.records.load_all()
+    report = reconcile.reconcile(loaded, node.cdi_dir, "dra.example.com", restarted.lifecycle)
+    assert report.reprepared_claims == [UID]
+    assert _made(cni) == []
+    assert restarted.records.load(UID).placement == {}
+    assert restarted.unprepare([REF])[UID].error is None
+    assert node.files() == []
