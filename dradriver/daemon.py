@@ -17,6 +17,7 @@ from dradriver.apiserver.events import EventRecorder
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.ipamblocks import Blocks
 from dradriver.apiserver.kubeapi import KubeApi
+from dradriver.apiserver.networkstatus import NetworkStatusWriter
 from dradriver.apiserver.publisher import Publisher
 from dradriver.apiserver.status import StatusWriter
 from dradriver.base import log
@@ -212,7 +213,10 @@ def run(settings: Settings) -> int:
         nad_namespaces=settings.nad_namespaces,
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
-    sandboxes = PodSandboxes(preparer.lifecycle, gate, metrics, status=status, failures=failures)
+    writer = NetworkStatusWriter(api) if settings.cni_network_status else None
+    sandboxes = PodSandboxes(
+        preparer.lifecycle, gate, metrics, status=status, failures=failures, network_status=writer
+    )
     sandboxes.containers.pods = prefetch.pods  # which claims a pod may name
     plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
     nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]

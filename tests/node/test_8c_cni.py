@@ -277,7 +277,7 @@ def test_the_pods_network_status_annotation_as_multus_writes_it(
 def _annotated(cluster: NodeCluster, drivers: Any, kns: str) -> None:
     """A pod with a NAD's network gets its annotation."""
     state = cluster.local.lay.workdir / "cni-state"
-    drivers.start(
+    driver = drivers.start(
         "--virtual-parents", "eth0,cni-br*", "--cni-bin-dir", "/usr/lib/cni",
         "--cni-state-dir", str(state), "--cni-network-status", "on",
     )  # fmt: skip
@@ -290,7 +290,7 @@ def _annotated(cluster: NodeCluster, drivers: Any, kns: str) -> None:
             "k8s.v1.cni.cncf.io/network-status"
         )
 
-    text = wait_for("the network-status annotation", annotation, 30)
+    text = wait_for("the network-status annotation", annotation, 30, log=driver.log)
     assert json.loads(text) == [
         {
             "name": f"{kns}/macvlan-conf",
