@@ -19,8 +19,8 @@ from dradriver.state.records import ClaimRecord
 log = logging.getLogger(__name__)
 
 
-class Pod(Protocol):
-    """A pod sandbox as the runtime reports it (what names the pod)."""
+class Sandbox(Protocol):
+    """A pod sandbox as the runtime reports it (dradriver.nri.PodSandbox)."""
 
     @property
     def id(self) -> str: ...
@@ -30,6 +30,8 @@ class Pod(Protocol):
     def name(self) -> str: ...
     @property
     def namespace(self) -> str: ...
+    @property
+    def netns(self) -> str: ...
 
 
 class SandboxReports:
@@ -40,7 +42,9 @@ class SandboxReports:
         self.registry = registry
         self.failures = failures
 
-    def failed(self, pod: Pod, reason: str, error: str, record: ClaimRecord | None = None) -> None:
+    def failed(
+        self, pod: Sandbox, reason: str, error: str, record: ClaimRecord | None = None
+    ) -> None:
         """A Warning Event on the pod, and on the record's claim if given."""
         if self.failures is None:
             return
@@ -50,7 +54,7 @@ class SandboxReports:
             return  # not a name the API server gave: nothing to post about
         self.failures.sandbox(ref, reason, error, record.claim if record else None)
 
-    def check(self, pod: Pod, record: ClaimRecord) -> None:
+    def check(self, pod: Sandbox, record: ClaimRecord) -> None:
         """Check what the pod's sandbox holds of the claim's devices made in it; a
         failure is logged and reported on the pod and the claim, never hidden."""
         for key in sorted(record.attached):

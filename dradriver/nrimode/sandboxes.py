@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dradriver.apiserver.networkstatus import NetworkStatusWriter
 from dradriver.base.errors import DriverError
@@ -48,7 +48,7 @@ from dradriver.contract.hookspecs import NRI, PodSandbox
 from dradriver.kernel import netlink
 from dradriver.nrimode import gone, placing
 from dradriver.nrimode.containers import ContainerCheck, NewContainer
-from dradriver.nrimode.reports import SandboxReports
+from dradriver.nrimode.reports import Sandbox, SandboxReports
 from dradriver.state.moves import (
     IN,
     LEAVING,
@@ -69,21 +69,6 @@ log = logging.getLogger(__name__)
 
 EVENT_LOCK_WAIT = 0.6  # of the runtime's 1.5 s per event (dradriver.nri answers by then)
 SYNC_LOCK_WAIT = 10.0  # the background pass waits longer for each pod
-
-
-class Sandbox(Protocol):
-    """A pod sandbox as the runtime reports it (dradriver.nri.PodSandbox)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def uid(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def netns(self) -> str: ...
 
 
 def _claim(record: ClaimRecord) -> str:

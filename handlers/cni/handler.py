@@ -41,7 +41,6 @@ KIND = "network"
 VIRTUAL_KIND = "virtual"  # the node's virtual device (published by the netdev family)
 DEVICE_KINDS = ("host-device", "sriov-vf")  # whole host NICs and VFs
 DEFAULT_INTERFACE = "net1"  # Multus's default for a secondary network
-DEFAULT_TIMEOUT = 0.8  # --cni-timeout's default
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -270,7 +269,7 @@ class CniHandler:
 
 def _timeout(undo: Mapping[str, Any]) -> float:
     """The seconds the network's plugins may take in all, as the record keeps them."""
-    return float(undo.get("timeout") or DEFAULT_TIMEOUT)
+    return float(undo["timeout"])
 
 
 def _capabilities(config: Mapping[str, Any]) -> dict[str, Any]:

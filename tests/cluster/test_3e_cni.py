@@ -8,22 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from localcluster.helmrelease import operator_values
-from localcluster.manifests import DEPLOY
 from localcluster.podnet import via_exec
 from tests.e2e.cluster import example_objects
 from tests.support import kernel
+from tests.support.cniexamples import EXAMPLES, EXPECTED
 from tests.support.waiting import wait_for
 
 from .chart import ChartCluster, host_path, pinned
-
-EXAMPLES = DEPLOY / "cni-examples.yaml"
-EXPECTED = {
-    "macvlan-conf": ("203.0.113.1", "macvlan"),
-    "bridge-static": ("198.51.100.210/24", "bridge"),
-    "ipvlan-conf": ("203.0.113.1", "ipvlan"),
-    "vlan-conf": ("203.0.113.", "vlan"),
-    "tuned-limited": ("192.0.2.1", "bridge"),
-}
 
 
 def _objects(kns: str, names: set[str], node: str) -> list[dict[str, Any]]:

@@ -19,8 +19,9 @@ import pytest
 from dradriver.base.errors import ConfigError, DeviceError
 from dradriver.contract.hookspecs import NRI, PodSandbox
 from dradriver.settings import DEFAULT_CNI_PLUGINS
-from tests.deploy.support import DEPLOY, docs
+from tests.deploy.support import docs
 from tests.support import ipjson, netns
+from tests.support.cniexamples import EXAMPLES, EXPECTED
 from tests.support.handlers import context, request
 
 pytestmark = [pytest.mark.root, pytest.mark.kind("cni")]
@@ -228,18 +229,15 @@ def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
 
 # -- the examples of deploy/cni-examples.yaml, unchanged ------------------------------------
 
-# What each example's pod gets on net1: its address range, and what else it must show.
-EXPECTED = {
-    "macvlan-conf": ("203.0.113.1", "macvlan"),
-    "bridge-static": ("198.51.100.210/24", "veth"),
-    "ipvlan-conf": ("203.0.113.1", "ipvlan"),
-    "vlan-conf": ("203.0.113.", "vlan"),
-    "tuned-limited": ("192.0.2.1", "veth"),
-}
+
+def _link_kind(name: str) -> str:
+    """The link kind the example's pod sees on net1 (a bridge network's is a veth)."""
+    feature = EXPECTED[name][1]
+    return "veth" if feature == "bridge" else feature
 
 
 def _example(name: str) -> pytest.param:
-    kind = EXPECTED[name][1]
+    kind = _link_kind(name)
     marks = [pytest.mark.kernel(kind)] if kind in ("ipvlan", "vlan") else []
     return pytest.param(name, marks=marks, id=name)
 
@@ -250,11 +248,11 @@ def test_each_example_network_attachment_definition_as_it_is(in_ns, pods, tmp_pa
     netns.ip(in_ns, "link", "add", "eth0", "type", "veth", "peer", "name", "uplink")
     netns.ip(in_ns, "link", "set", "eth0", "up")
     [nad] = [
-        d for d in docs(DEPLOY / "cni-examples.yaml")
+        d for d in docs(EXAMPLES)
         if d["kind"] == "NetworkAttachmentDefinition" and d["metadata"]["name"] == name
     ]  # fmt: skip
     [template] = [
-        d for d in docs(DEPLOY / "cni-examples.yaml")
+        d for d in docs(EXAMPLES)
         if d["kind"] == "ResourceClaimTemplate" and d["metadata"]["name"] == name
     ]  # fmt: skip
     [config] = template["spec"]["spec"]["devices"]["config"]
@@ -265,7 +263,7 @@ def test_each_example_network_attachment_definition_as_it_is(in_ns, pods, tmp_pa
     sandbox = _sandbox(pods[0])
     attached = handler.attach(prepared.undo, sandbox)
     try:
-        prefix, kind = EXPECTED[name]
+        prefix, kind = EXPECTED[name][0], _link_kind(name)
         [address] = _addresses(pods[0], "net1")
         assert address.startswith(prefix), address
         info = ipjson.link_info(pods[0], "net1")

@@ -20,6 +20,7 @@ from localcluster.manifests import DEPLOY, DRIVER_NAMESPACE, DRIVER_SA
 from localcluster.podnet import sandbox_pid, via_exec, via_sandbox
 from tests.e2e.cluster import example_objects
 from tests.support import kernel
+from tests.support.cniexamples import EXAMPLES, EXPECTED
 from tests.support.waiting import wait_for
 
 from .cluster import NodeCluster
@@ -29,15 +30,6 @@ pytestmark = pytest.mark.skipif(
     not Path("/usr/lib/cni/bridge").exists(), reason="containernetworking-plugins is not installed"
 )
 CRD = DEPLOY / "helm/dra-driver/files/network-attachment-definition-crd.yaml"
-EXAMPLES = DEPLOY / "cni-examples.yaml"
-# What each example's pod gets on net1 (an address prefix), and the kernel feature it needs.
-EXPECTED = {
-    "macvlan-conf": ("203.0.113.1", "macvlan"),
-    "bridge-static": ("198.51.100.210/24", "bridge"),
-    "ipvlan-conf": ("203.0.113.1", "ipvlan"),
-    "vlan-conf": ("203.0.113.", "vlan"),
-    "tuned-limited": ("192.0.2.1", "bridge"),
-}
 
 
 @pytest.fixture
