@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate-config", help="validate opaque config parameters")
     validate.add_argument("file", help="YAML or JSON file with the parameters object, or -")
     validate.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
-    _global_macs_flag(validate)
+    _schema_flags(validate)
     validate.set_defaults(func=_validate)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the opaque config")
@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the admission policies that refuse bad opaque configs at apply time",
     )
     policy.add_argument("--driver-name", default=settings_mod.DEFAULT_DRIVER_NAME)
-    _global_macs_flag(policy)
+    _schema_flags(policy)
     policy.set_defaults(func=_admission_policy)
 
     addresses = sub.add_parser(
@@ -81,20 +81,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _global_macs_flag(parser: argparse.ArgumentParser) -> None:
+def _schema_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--macvlan-global-macs",
         default="",
         help="comma-separated globally administered MACs a macvlan claim may set, as the "
         "driver's flag of that name allows them",
     )
+    parser.add_argument(
+        "--cni-plugins",
+        default=settings_mod.DEFAULT_CNI_PLUGINS,
+        help="comma-separated CNI plugins a claim's inline network may name, as the "
+        "driver's flag of that name allows them (default: %(default)s)",
+    )
 
 
 def _config_schema(args: argparse.Namespace) -> ConfigSchema:
-    """The config schema for --driver-name and --macvlan-global-macs."""
+    """The config schema for --driver-name, --macvlan-global-macs and --cni-plugins."""
     entries = settings_mod.split_list(args.macvlan_global_macs)
+    plugins = settings_mod.cni_plugins(args.cni_plugins)
     try:
-        return ConfigSchema(HandlerRegistry(), args.driver_name, entries)
+        return ConfigSchema(HandlerRegistry(), args.driver_name, entries, plugins)
     except ValueError as exc:
         raise SystemExit(f"--macvlan-global-macs: {exc}") from None
 

@@ -168,7 +168,9 @@ def run(settings: Settings) -> int:
 
     ready = ReadyFile.cleared(settings.ready_file)
     registry = HandlerRegistry()
-    schema = ConfigSchema(registry, settings.driver_name, settings.macvlan_global_macs)
+    schema = ConfigSchema(
+        registry, settings.driver_name, settings.macvlan_global_macs, settings.cni_plugins
+    )
     api = KubeApi(settings.kubeconfig)
     context = context_of(settings, api.server)
     records = RecordStore(settings.state_dir)

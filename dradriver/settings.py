@@ -299,13 +299,18 @@ def from_args(args: argparse.Namespace) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
-    """--cni-bin-dir, --cni-plugins and --nad-namespaces, checked: plugin names become
-    file names, namespaces reach URLs."""
-    plugins = split_list(args.cni_plugins)
+def cni_plugins(text: str) -> tuple[str, ...]:
+    """The plugins of a --cni-plugins value, checked: their names become file names."""
+    plugins = split_list(text)
     bad = [p for p in plugins if not naming.is_dns_label(p.replace("_", "-").lower())]
     if bad:
         raise SystemExit(f"--cni-plugins: {bad[0]!r} is not a plugin's file name")
+    return plugins
+
+
+def _cni_settings(args: argparse.Namespace) -> dict[str, object]:
+    """--cni-bin-dir, --cni-plugins and --nad-namespaces, checked: namespaces reach URLs."""
+    plugins = cni_plugins(args.cni_plugins)
     timeout = float(args.cni_timeout)
     if not 0.1 <= timeout <= 60:
         raise SystemExit(f"--cni-timeout must be 0.1 to 60 seconds, got {args.cni_timeout}")

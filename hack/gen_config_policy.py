@@ -35,6 +35,7 @@ import yaml
 
 from dradriver.admission.cel import lit
 from dradriver.contract.macs import LOCAL_MAC_PATTERN
+from dradriver.settings import DEFAULT_CNI_PLUGINS, split_list
 from dradriver.state.atomicfile import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +54,13 @@ LABELS = "XHELMLABELSX"
 # The pattern of a macvlan's MAC, which settings.macvlanGlobalMacs extends as
 # --macvlan-global-macs does (dradriver.contract.macs.local_or).
 MAC_PATTERN = "XHELMMACPATTERNX"
+# The CNI plugins an inline network may name (a CEL list), settings.cniPlugins as the
+# driver's --cni-plugins.
+CNI_PLUGINS = "XHELMCNIPLUGINSX"
+DEFAULT_PLUGINS_CEL = lit(split_list(DEFAULT_CNI_PLUGINS))
 ACTIONS_OF_TOKENS = {
     MAC_PATTERN: "{{ $celMacPattern }}",
+    CNI_PLUGINS: "{{ $celCniPlugins }}",
     CEL_NAME: "{{ $celDriver }}",
     YAML_NAME: "{{ $yamlDriver }}",
     FAILURE: "{{ .Values.configPolicy.failurePolicy }}",
@@ -73,6 +79,7 @@ installs the operator's policies instead.
 {{- $celDriver := include "dra-driver.celStringContent" .Values.driverName }}
 {{- $yamlDriver := include "dra-driver.yamlQuotedContent" .Values.driverName }}
 {{- $celMacPattern := include "dra-driver.macvlanMacPattern" . }}
+{{- $celCniPlugins := include "dra-driver.celCniPlugins" . }}
 # Admission policies that refuse, when they are created, the ResourceClaims,
 # ResourceClaimTemplates and DeviceClasses whose opaque config for {{ $yamlDriver }}
 # the driver would refuse (docs/deployment.md, "Opaque config at admission"). Generated from the
@@ -158,6 +165,8 @@ def _mark(node: Any, path: tuple[str, ...]) -> Any:
         cel = bool(path) and path[-1] in CEL_FIELDS
         if cel and lit(LOCAL_MAC_PATTERN) in node:
             node = _Block(node.replace(lit(LOCAL_MAC_PATTERN), f"'{MAC_PATTERN}'"))
+        if cel and DEFAULT_PLUGINS_CEL in node:
+            node = _Block(node.replace(DEFAULT_PLUGINS_CEL, CNI_PLUGINS))
         if PLACEHOLDER not in node:
             return node
         if cel:

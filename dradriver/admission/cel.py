@@ -129,8 +129,8 @@ def plain(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-# A keyword of an object's schema written by hand in CEL: (value, its properties' schemas,
-# path) -> CEL list(string) of its problems (dradriver/admission/ifrules.py).
+# A keyword of an object's schema written by hand in CEL: (value, the object's schema,
+# path) -> CEL list(string) of its problems (admission/ifrules.py, admission/fieldrules.py).
 ObjectRule = Callable[[str, Mapping[str, Any], str], str]
 
 
@@ -321,7 +321,7 @@ class Translator:
         extra = schema.get("additionalProperties", True)
         if isinstance(extra, Mapping):
             parts.append(self._values(v, list(props), extra, path, where))
-        parts += [rule(v, props, path) for kw, rule in self.rules.items() if kw in schema]
+        parts += [rule(v, schema, path) for kw, rule in self.rules.items() if kw in schema]
         body = concat([p for p in parts if p != "[]"])
         if "maxProperties" in schema:
             n = int(schema["maxProperties"])

@@ -145,7 +145,8 @@ def rule_issues(tr: Translator, t: TypeSpec, o: str, path: str) -> str:
     for keyword, rule in tr.rules.items():
         having = [k for k, spec in t.kinds.items() if keyword in spec.rest]
         if having:
-            check = rule(o, t.kinds[having[0]].properties, path)
+            spec = t.kinds[having[0]]
+            check = rule(o, {**spec.rest, "properties": spec.properties}, path)
             if len(having) < len(t.kinds):
                 named = f"('kind' in {o} && {o}.kind in {lit(having)})"
                 check = when(named, check)

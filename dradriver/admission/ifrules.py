@@ -100,9 +100,9 @@ def _ifname(k: str) -> str:
     return f"{k}.substring({CONF_PREFIX}, {k}.lastIndexOf('.'))"
 
 
-def alone(v: str, properties: Mapping[str, Any], path: str) -> str:
+def alone(v: str, schema: Mapping[str, Any], path: str) -> str:
     """CEL list(string): what the values of interface object `v` (a map) decide alone."""
-    limits = bounds(properties)
+    limits = bounds(schema.get("properties") or {})
     if limits is None:
         return "[]"
     n_ips, n_routes, n_sysctls = limits

@@ -17,7 +17,7 @@ per-config policy and the node rather than risk its cost limit.
 
 from __future__ import annotations
 
-from dradriver.admission import ifrules
+from dradriver.admission import fieldrules, ifrules
 from dradriver.admission.cel import Translator, concat, key_path, key_set, lit
 from dradriver.admission.fragment import ours
 from dradriver.admission.schema import TypeSpec
@@ -32,6 +32,8 @@ USES_CLASS = (
     "r.?firstAvailable.orValue([]).exists(s, "
     "s.?deviceClassName.orValue('') == params.metadata.name))"
 )
+# CEL: config `c` applies to target request `t`.
+APPLIES = "(size(c.requests) == 0 || t.name in c.requests || t.base in c.requests)"
 RULED = 16  # (request, config) pairs whose merge the interface rules check, at most
 MAX_PAIRS = 1024  # (request or subrequest of the class, config of ours) pairs checked at most
 FRAGMENT = (
@@ -101,15 +103,19 @@ def variables(tr: Translator, types: list[TypeSpec], driver: str) -> list[tuple[
     )
     names: list[str] = []
     for t in types:
-        for prefix, body in (("type", type_issues(tr, t)), ("rules", rule_issues(t))):
+        for prefix, body in (
+            ("type", type_issues(tr, t)),
+            ("one", fieldrules.merged(t, _fragments(t), APPLIES)),
+            ("rules", rule_issues(t)),
+        ):
             if body is None:
                 continue
             # The rules have a variable of their own, for their own cost limit, and a
             # tighter bound: past RULED requests, the node's.
-            bound = "variables.bounded" if prefix == "type" else "variables.ruled"
+            bound = "variables.ruled" if prefix == "rules" else "variables.bounded"
             name = f"{prefix}{len(names) + 1}"
             names.append(name)
-            none = "[]" if prefix == "type" else "variables.targets.map(ts, '')"
+            none = "variables.targets.map(ts, '')" if prefix == "rules" else "[]"
             out.append(
                 (
                     name,
@@ -182,10 +188,9 @@ def type_issues(tr: Translator, t: TypeSpec) -> str | None:
 def _fragments(t: TypeSpec) -> str:
     """CEL: the fragments that apply to target `t` and write a type object of `t`."""
     name = lit(t.name)
-    applies = "(size(c.requests) == 0 || t.name in c.requests || t.base in c.requests)"
     return (
         f"variables.fragments.filter(c, type(c.p) == map && {name} in c.p && "
-        f"type(c.p[{name}]) == map && {applies})"
+        f"type(c.p[{name}]) == map && {APPLIES})"
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from dradriver.admission import fragment, ifrules, merged
+from dradriver.admission import fieldrules, fragment, ifrules, merged
 from dradriver.admission.cel import IGNORED, Translator, lit
 from dradriver.admission.schema import types_of
 from dradriver.contract.config import ConfigSchema
@@ -30,7 +30,13 @@ class Generated:
 
 def build(config_schema: ConfigSchema, driver: str) -> Generated:
     """The two policies and their bindings for the opaque configs of `driver`."""
-    tr = Translator(rules={ifrules.KEYWORD: ifrules.alone})
+    tr = Translator(
+        rules={
+            ifrules.KEYWORD: ifrules.alone,
+            fieldrules.EXACTLY_ONE: fieldrules.alone,
+            fieldrules.JSON_TYPES: fieldrules.json_types,
+        }
+    )
     types = types_of(config_schema.schema)
     for t in types:
         for kind, spec in t.kinds.items():

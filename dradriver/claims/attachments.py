@@ -139,12 +139,11 @@ def inline(
     config: Mapping[str, Any], path: str, claim_namespace: str, found: Read
 ) -> Mapping[str, Any]:
     """The config with its NAD's `spec.config` in `config` (unchanged when it names
-    none); an error naming `path` when the NAD could not be read."""
+    none; the schema lets a config name a NAD only without `config`); an error naming
+    `path` when the NAD could not be read."""
     value = config.get(FIELD)
     if not isinstance(value, str):
         return config
-    if "config" in config:
-        raise ConfigError(f"either {FIELD} or config, not both", f"{path}.{FIELD}")
     ns, name = qualified(value, claim_namespace)
     got = found.get(f"{ns}/{name}")
     if got is None:

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import ValidationError
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import ifrules, iprules, macs, patterns
+from dradriver.contract import fieldrules, ifrules, iprules, macs, patterns
 from dradriver.contract.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.contract.registry import HandlerRegistry
 
@@ -73,6 +73,30 @@ def _interface_rules(
         yield ValidationError(message, path=path)
 
 
+def _exactly_one(
+    validator: Any, fields: Sequence[str], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """The `exactlyOneOf` keyword (dradriver.contract.fieldrules), at the field it names."""
+    if not validator.is_type(instance, "object"):
+        return
+    issue = fieldrules.exactly_one_issue(instance, fields)
+    if issue is not None:
+        yield ValidationError(issue[1], path=[issue[0]])
+
+
+def _json_types(
+    validator: Any, rule: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """The `jsonTypes` keyword (dradriver.contract.fieldrules), at the text's field."""
+    field, allowed = str(rule.get("field")), rule.get("allowed")
+    if not validator.is_type(instance, "object") or allowed is None:
+        return
+    text = instance.get(field)
+    if isinstance(text, str):
+        for name in fieldrules.refused_types(text, allowed):
+            yield ValidationError(fieldrules.refusal(name), path=[field])
+
+
 def _is_integer(_checker: object, instance: object) -> bool:
     """A JSON integer that fits in 64 bits (what the API server reads as one): not 1.0."""
     return (
@@ -86,7 +110,12 @@ def _is_integer(_checker: object, instance: object) -> bool:
 # it, and integers as the API server reads them.
 Validator = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
-    validators={"pattern": _pattern, ifrules.KEYWORD: _interface_rules},
+    validators={
+        "pattern": _pattern,
+        ifrules.KEYWORD: _interface_rules,
+        fieldrules.EXACTLY_ONE: _exactly_one,
+        fieldrules.JSON_TYPES: _json_types,
+    },
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
 
@@ -104,15 +133,24 @@ class ConfigSchema:
     """Validates opaque parameters against the schema of every registered handler."""
 
     def __init__(
-        self, registry: HandlerRegistry, driver_name: str, global_macs: Sequence[str] = ()
+        self,
+        registry: HandlerRegistry,
+        driver_name: str,
+        global_macs: Sequence[str] = (),
+        allowed_types: Sequence[str] | None = None,
     ) -> None:
         """Assemble the schema from the handlers' fragments; `global_macs`: the globally
         administered MACs the operator allows where a locally administered one is asked
-        (contract.macs; ValueError for an entry that is not a unicast MAC)."""
+        (contract.macs; ValueError for an entry that is not a unicast MAC);
+        `allowed_types`: the CNI plugins the operator allows (--cni-plugins), for the
+        `jsonTypes` keyword (contract.fieldrules; None: not checked)."""
         self.registry = registry
-        self.schema = _with_pattern(
+        schema = _with_pattern(
             _build_schema(registry, driver_name), macs.LOCAL_MAC_PATTERN, macs.local_or(global_macs)
         )
+        if allowed_types is not None:
+            schema = fieldrules.with_allowed_types(schema, allowed_types)
+        self.schema = schema
         self._validator = Validator(self.schema, format_checker=FORMATS)
         # Claims made from one template carry one config: validating it again (~0.3 ms
         # of a prepare) finds what it found before. Keyed by the config's canonical JSON.

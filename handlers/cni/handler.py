@@ -56,7 +56,8 @@ SCHEMA: dict[str, Any] = {
         "config": {
             "type": "string",
             "maxLength": network.MAX_CONFIG_BYTES,
-            "description": "a CNI network configuration (list), as JSON text",
+            "pattern": r"^[ \t\n\r]*\{[\s\S]*\}[ \t\n\r]*$",
+            "description": "a CNI network configuration (list), as JSON text (an object)",
         },
         "interfaceName": {
             **netconfig.COMMON_PROPERTIES["interfaceName"],
@@ -74,17 +75,17 @@ SCHEMA: dict[str, Any] = {
         },
     },
     "additionalProperties": False,
+    # dradriver.contract.fieldrules: one source; the plugins an inline config names are
+    # checked at admission against the list the schema's builder is given (--cni-plugins).
+    "exactlyOneOf": ["networkAttachment", "config"],
+    "jsonTypes": {"field": "config"},
 }
 
 
 def _network(req: DeviceRequest) -> Network:
     """The request's network, checked against the node's settings and its device."""
     cfg = req.config
-    text = cfg.get("config")
-    if text is None:
-        raise ConfigError(
-            "one of networkAttachment and config is required", f"{CNI_PATH}.networkAttachment"
-        )
+    text = cfg["config"]  # the schema asks for one source; a NAD's is inlined (attachments.py)
     where = _where(cfg)
     net = network.parse(str(text), where)
     network.check_allowed(net, req.context.cni_plugins, where)
@@ -177,16 +178,12 @@ class CniHandler:
         return SCHEMA
 
     def validate(self, req: DeviceRequest) -> Validated:
-        """NRI mode; exactly one source; the plugins allowed, installed and speaking the
+        """NRI mode; the plugins allowed, installed and speaking the
         list's version; parents allowed; addresses the node allows."""
         if req.injection != NRI:
             raise ConfigError(
                 f"{NEEDS_NRI}: the plugins run in the pod sandbox's network namespace",
                 f"{CNI_PATH}.kind",
-            )
-        if "networkAttachment" not in req.config and "config" not in req.config:
-            raise ConfigError(
-                "one of networkAttachment and config is required", f"{CNI_PATH}.networkAttachment"
             )
         net = _network(req)
         where = _where(req.config)

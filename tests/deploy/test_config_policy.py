@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from dradriver.admission.schema import types_of
+from dradriver.admission.schema import KindSpec, types_of
 from dradriver.base.errors import ConfigError
 from dradriver.claims.resolution import deep_merge
 from dradriver.contract.config import ConfigSchema
@@ -35,6 +35,7 @@ from dradriver.contract.hookspecs import NRI, Device
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel import netlink
 from dradriver.kernel.netlink import Route
+from dradriver.settings import DEFAULT_CNI_PLUGINS, split_list
 from tests.deploy.support import (
     DEPLOY,
     DRIVER,
@@ -50,7 +51,8 @@ from tests.support.fakekernel import FakeKernel
 from tests.support.handlers import virtual_device
 
 POLICY = DEPLOY / "config-policy.yaml"
-SCHEMA = ConfigSchema(HandlerRegistry(), DRIVER)
+# As the daemon builds it with its default --cni-plugins, as the policy is generated.
+SCHEMA = ConfigSchema(HandlerRegistry(), DRIVER, (), split_list(DEFAULT_CNI_PLUGINS))
 KINDS = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
 
 
@@ -263,9 +265,14 @@ def _completions() -> list[dict[str, Any] | None]:
     for t in types_of(SCHEMA.schema):
         for kind, spec in t.kinds.items():
             out.append(
-                {"type": t.name, t.name: {"kind": kind, **{f: "eth0" for f in spec.required}}}
+                {"type": t.name, t.name: {"kind": kind, **{f: "eth0" for f in _needed(spec)}}}
             )
     return out
+
+
+def _needed(spec: KindSpec) -> list[str]:
+    """The fields a config of this kind must set: required ones, the first of exactlyOneOf."""
+    return [*spec.required, *spec.rest.get("exactlyOneOf", ())[:1]]
 
 
 def _somewhere(configs: list[dict[str, Any]], before: list[dict[str, Any]]) -> bool:

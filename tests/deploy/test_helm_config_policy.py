@@ -299,3 +299,31 @@ def test_bad_values_fail_naming_the_value(helm, value, message):
     with pytest.raises(SystemExit) as exc:
         gen.render(helm, "--set", value)
     assert message in str(exc.value)
+
+
+def test_cni_plugins_reach_the_policies_as_the_driver_takes_them(helm, k8scheck, tmp_path):
+    """settings.cniPlugins: the policies are `dra-driver admission-policy --cni-plugins`'s;
+    an inline network naming a plugin left out is refused by them and by the driver's
+    `validate-config` given the same list, one the default list refuses is accepted."""
+    plugins = "macvlan,host-local,portmap"
+    policies = config_policies(gen.render(helm, "--set", "settings.cniPlugins={" + plugins + "}"))
+    res = run_driver("admission-policy", "--driver-name", DRIVER, "--cni-plugins", plugins)
+    assert res.returncode == 0, res.stderr
+    wanted = [d for d in yaml.safe_load_all(res.stdout) if d]
+    assert policies == as_installed(wanted, labels("dra-driver"))
+    default = config_policies(gen.render(helm))
+    networks = [("macvlan", "portmap"), ("bridge",)]
+    params = [cc.cn(config=cc.network_text(*n)) for n in networks]
+    cases = [admission_request(claim_for(DRIVER, [p]), deployed_classes()) for p in params]
+    got = run_k8scheck(k8scheck, "vap", policy_file(tmp_path, policies), cases=cases)
+    before = run_k8scheck(k8scheck, "vap", policy_file(tmp_path, default), cases=cases)
+    assert [g["allowed"] for g in got] == [True, False], got
+    assert [b["allowed"] for b in before] == [False, True], before
+    assert all(not g["errors"] for g in got + before)
+    said = "spec.devices.config[0].opaque.parameters.cni.config: plugin bridge is not allowed"
+    assert said in " ".join(got[1]["messages"]), got[1]
+    for i, (p, allowed) in enumerate(zip(params, [True, False], strict=True)):
+        path = tmp_path / f"net{i}.yaml"
+        path.write_text(json.dumps(p))
+        res = run_driver("validate-config", "--cni-plugins", plugins, str(path))
+        assert (res.returncode == 0) == allowed, res.stderr

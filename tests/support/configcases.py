@@ -15,6 +15,7 @@ it at prepare on NODE, naming those fields.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -594,6 +595,60 @@ def _good() -> Iterator[Case]:
     )
 
 
+def cn(**cni: Any) -> Params:
+    """A config of type cni."""
+    return {"type": "cni", "cni": cni}
+
+
+def network_text(*plugins: str) -> str:
+    """A CNI network configuration list running `plugins` (the first with host-local)."""
+    first, *rest = plugins
+    head = {"type": first, "ipam": {"type": "host-local", "subnet": "203.0.113.0/24"}}
+    listed = [head, *({"type": p} for p in rest)]
+    return json.dumps({"cniVersion": "1.0.0", "name": "n", "plugins": listed}, indent=1)
+
+
+def _cni() -> Iterator[Case]:
+    """One source of a network, and only plugins the nodes allow in an inline one."""
+    nad = cn(networkAttachment="macvlan-conf")
+    yield Case("cni: a NAD", (nad,), type="cni")
+    yield Case("cni: an inline network", (cn(config=network_text("bridge", "tuning")),), type="cni")
+    yield Case(
+        "cni: both sources",
+        (cn(networkAttachment="macvlan-conf", config=network_text("bridge")),),
+        ("[0].cni.config",),
+        type="cni",
+    )
+    yield Case("cni: no source", (cn(interfaceName="net2"),), ("[0].cni.networkAttachment",),
+               as_class=(), type="cni")  # fmt: skip
+    yield Case(
+        "cni: the class names the NAD",
+        (cn(interfaceName="net2"),),
+        class_configs=(nad,),
+        type="cni",
+    )
+    yield Case(
+        "cni: a source in the class, another in the claim",
+        (cn(config=network_text("bridge")),),
+        ("[0].cni.config",),
+        class_configs=(nad,),
+        type="cni",
+    )
+    yield Case(
+        "cni: a plugin not allowed",
+        (cn(config=network_text("bridge", "portmap")),),
+        ("[0].cni.config",),
+        type="cni",
+    )
+    yield Case(
+        "cni: an IPAM plugin not allowed",
+        (cn(config=network_text("macvlan").replace("host-local", "dhcp")),),
+        ("[0].cni.config",),
+        type="cni",
+    )
+    yield Case("cni: not a JSON object", (cn(config="[]"),), ("[0].cni.config",), type="cni")
+
+
 def _node_only() -> Iterator[Case]:
     """Valid in form, refused at prepare on NODE: accepted at admission."""
     yield Case(
@@ -627,6 +682,7 @@ def cases() -> list[Case]:
         *_interface_rules(),
         *_good(),
         *_interface_rules_kept(),
+        *_cni(),
         *_node_only(),
     ]
     names = [c.name for c in out]

@@ -239,8 +239,18 @@ def test_a_network_attachment_definition_is_read_once_and_kept(node, cni):
         ),
         (
             {"networkAttachment": "net-a", "config": "{}"},
-            "request nic: config $.cni.networkAttachment: either networkAttachment or config, "
-            "not both",
+            "request nic: config $.cni.config: networkAttachment and config are both set: set "
+            "only one of them",
+        ),
+        (
+            {"interfaceName": "net2"},
+            "request nic: config $.cni.networkAttachment: required: one of networkAttachment "
+            "and config",
+        ),
+        (
+            {"config": '[{"type": "bridge"}]'},
+            'request nic: config $.cni.config: \'[{"type": "bridge"}]\' is invalid: a CNI '
+            "network configuration (list), as JSON text (an object)",
         ),
         (
             {"config": '{"cniVersion": "1.0.0", "name": "x", "type": "bridge"}'},
@@ -248,7 +258,7 @@ def test_a_network_attachment_definition_is_read_once_and_kept(node, cni):
             "this node (--cni-plugins: first,second)",
         ),
     ],
-    ids=["unknown", "other-namespace", "both", "not-allowed"],
+    ids=["unknown", "other-namespace", "both", "neither", "not-an-object", "not-allowed"],
 )
 def test_bad_input_is_refused_at_prepare_naming_the_field(node, cni, cni_config, error):
     node.api.fake.add_nad("other", "net-a", _network(cni / "made"))

@@ -64,6 +64,11 @@ checks each entry's form). Only hex digits, colons and pattern syntax: no CEL es
 {{- end -}}
 {{- end -}}
 
+{{/* settings.cniPlugins as a CEL list of strings (the admission policy's). */}}
+{{- define "dra-driver.celCniPlugins" -}}
+[{{ range $i, $p := .Values.settings.cniPlugins }}{{ if $i }}, {{ end }}'{{ include "dra-driver.celStringContent" (toString $p) }}'{{ end }}]
+{{- end -}}
+
 {{/* A string as the content of a single-quoted CEL string literal, escaped as
 dradriver/admission/cel.py's lit() escapes it (the config policies are its output). */}}
 {{- define "dra-driver.celStringContent" -}}
