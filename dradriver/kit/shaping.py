@@ -26,6 +26,7 @@ from dradriver.base.log import event
 from dradriver.contract import quantity
 from dradriver.contract.hookspecs import Capacity, DeviceRequest, HandlerContext
 from dradriver.kernel import netlink
+from dradriver.kernel.rtnl import tc
 from dradriver.kit import hostif, links, sysfs
 
 BANDWIDTH = "bandwidth"  # the capacity's name, in bits per second
@@ -99,6 +100,13 @@ def refuse(req: DeviceRequest, why: str) -> None:
             f"{FIELD}: kind {req.kind} cannot be limited to its bandwidth ({why}); "
             "request bandwidth with kind veth, or leave it out"
         )
+
+
+def cni_runtime_config(rate: int) -> dict[str, int]:
+    """The `bandwidth` runtime config of CNI's bandwidth plugin limiting both directions
+    to `rate` bits per second, with the bucket the driver's own limit has (in bits)."""
+    bucket = 8 * tc.burst(rate)
+    return {"ingressRate": rate, "ingressBurst": bucket, "egressRate": rate, "egressBurst": bucket}
 
 
 def ifb_name(req: DeviceRequest) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.base.errors import ClaimError, ConfigError, DeviceError
 from dradriver.contract.hookspecs import (
     NEEDS_NRI,
     NRI,
@@ -29,7 +29,7 @@ from dradriver.contract.hookspecs import (
     Prepared,
     Validated,
 )
-from dradriver.kit import hostaddr, netconfig
+from dradriver.kit import hostaddr, netconfig, shaping
 
 from . import network, runner
 from .network import CNI_PATH, Network
@@ -188,6 +188,12 @@ class CniHandler:
         net = _network(req)
         where = _where(req.config)
         _check_versions(req, net, where)
+        if shaping.allocated(req) and not network.has_capability(net, shaping.BANDWIDTH):
+            raise ClaimError(
+                f"{shaping.FIELD}: network {net.name} has no plugin taking the bandwidth "
+                'capability to limit the claim to it; add {"type": "bandwidth", '
+                '"capabilities": {"bandwidth": true}} to its plugins, or leave bandwidth out'
+            )
         ips = [ipaddress.ip_interface(a) for a in req.config.get("ips", ())]
         shares = bool(network.host_interfaces(net))
         hostaddr.check(req.context, ips, f"{CNI_PATH}.ips", on_host=shares)
@@ -215,7 +221,7 @@ class CniHandler:
             "attachment": req.config.get("networkAttachment") or "",
             "interfaceName": ifname,
             "claim": str(req.claim),
-            "capabilities": _capabilities(req.config),
+            "capabilities": _capabilities(req.config, shaping.allocated(req)),
             "binDir": str(req.context.cni_bin_dir),
             "timeout": req.context.cni_timeout,
         }
@@ -269,9 +275,12 @@ def _timeout(undo: Mapping[str, Any]) -> float:
     return float(undo["timeout"])
 
 
-def _capabilities(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The runtime config a claim gives plugins that declare the capability."""
+def _capabilities(config: Mapping[str, Any], rate: int) -> dict[str, Any]:
+    """The runtime config a claim gives plugins that declare the capability: `ips` and
+    `mac` from its config, `bandwidth` its share of the device's (`rate` bit/s)."""
     caps: dict[str, Any] = {}
+    if rate:
+        caps[shaping.BANDWIDTH] = shaping.cni_runtime_config(rate)
     if config.get("ips"):
         caps["ips"] = list(config["ips"])
     if config.get("mac"):

@@ -244,6 +244,14 @@ def with_state_dir(network: Network, state_dir: str) -> Network:
     return Network(network.name, network.version, tuple(plugins))
 
 
+def has_capability(network: Network, name: str) -> bool:
+    """Whether a plugin of the list declares capability `name` (takes it at runtime)."""
+    return any(
+        isinstance(p.get("capabilities"), dict) and p["capabilities"].get(name) is True
+        for p in network.plugins
+    )
+
+
 def takes_device(network: Network) -> bool:
     """Whether a plugin of the list takes a whole host device (host-device, SR-IOV)."""
     return any(kind in DEVICE_PLUGINS for kind in network.types)

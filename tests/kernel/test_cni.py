@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dradriver.base.errors import ConfigError, DeviceError
+from dradriver.base.errors import ClaimError, ConfigError, DeviceError
 from dradriver.contract.hookspecs import NRI, PodSandbox
 from dradriver.settings import DEFAULT_CNI_PLUGINS
 from tests.deploy.support import docs
@@ -51,10 +51,11 @@ def pods():
         netns.delete(name)
 
 
-def _prepared(config: dict, ctx, **fields):
-    """Validate and prepare a cni claim in NRI mode, as prepare.py does."""
+def _prepared(config: dict, ctx, consumed: dict | None = None, **fields):
+    """Validate and prepare a cni claim in NRI mode, as prepare.py does (`consumed`: what
+    the scheduler gave it of the device's capacities)."""
     params = {"type": "cni", "cni": {"config": json.dumps(config), **fields}}
-    handler, req = request(params, ctx=ctx)
+    handler, req = request(params, ctx=ctx, consumed=consumed)
     req = dataclasses.replace(req, injection=NRI)
     validated = handler.validate(req)
     return handler, validated, handler.prepare(req)
@@ -157,6 +158,55 @@ def test_two_pods_on_one_bridge_with_static_addresses_reach_each_other(host, pod
     assert json.loads(netns.ip(host, "-j", "link", "show", "master", "drtestbr0")) == []
 
 
+def _bridge_with_bandwidth(capability: bool = True) -> dict:
+    shaper = {"type": "bandwidth", "capabilities": {"bandwidth": True}}
+    return {
+        "cniVersion": "1.0.0",
+        "name": "bridge-limited",
+        "plugins": [
+            {"type": "bridge", "bridge": "drtestbr1", "ipam": {"type": "static"},
+             "capabilities": {"ips": True}},
+            *([shaper] if capability else []),
+        ],
+    }  # fmt: skip
+
+
+def _qdisc_rates(ns: str, dev: str) -> list[tuple[str, int]]:
+    """(kind, rate in bit/s) of the root qdiscs of `dev` that have a rate."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", "-j", "qdisc", "show", "dev", dev],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [
+        (q["kind"], q["options"]["rate"]) for q in json.loads(out) if "rate" in q.get("options", {})
+    ]
+
+
+def test_the_claims_bandwidth_share_reaches_the_bandwidth_plugin(host, pods, tmp_path):
+    """The scheduler gave the claim 10M of the device's bandwidth: the bandwidth plugin
+    limits both directions to it (the host end of the pod's veth, and its ifb)."""
+    handler, _, prepared = _prepared(
+        _bridge_with_bandwidth(), _ctx(tmp_path), {"bandwidth": "10M"}, ips=["10.32.0.1/24"]
+    )
+    sandbox = _sandbox(pods[0])
+    attached = handler.attach(prepared.undo, sandbox)
+    [port] = json.loads(netns.ip(host, "-j", "link", "show", "master", "drtestbr1"))
+    ifbs = [ln.name for ln in ipjson.links(host) if ln.name.startswith("bwp")]
+    assert len(ifbs) == 1
+    rate = 10_000_000 // 8  # tc's JSON gives bytes per second
+    assert _qdisc_rates(host, port["ifname"]) == [("tbf", rate)]
+    assert _qdisc_rates(host, ifbs[0]) == [("tbf", rate)]
+    handler.detach(prepared.undo, sandbox, attached.state)
+    assert not [ln.name for ln in ipjson.links(host) if ln.name.startswith("bwp")]
+
+
+def test_bandwidth_a_network_cannot_enforce_is_refused(host, tmp_path):
+    params = {"type": "cni", "cni": {"config": json.dumps(_bridge_with_bandwidth(False))}}
+    handler, req = request(params, ctx=_ctx(tmp_path), consumed={"bandwidth": "10M"})
+    with pytest.raises(ClaimError, match=r"capacity.requests.bandwidth: network bridge-limited"):
+        handler.validate(dataclasses.replace(req, injection=NRI))
+
+
 def test_a_plugin_failing_mid_chain_leaves_nothing_and_is_named(host, pods, tmp_path):
     config = _macvlan()
     config["plugins"].append({"type": "tuning", "sysctl": {"net.ipv4.conf.net1.no_such_key": "1"}})
@@ -220,7 +270,7 @@ def test_refused_at_prepare_what_no_claim_may_do_on_the_node(host, tmp_path):
     with pytest.raises(ConfigError, match=r"cniVersion 9.9.0: plugin macvlan speaks .*1\.0\.0"):
         _prepared(config, ctx)
     with pytest.raises(ConfigError, match=r"\$\.cni\.config: not a CNI network configuration"):
-        handler, req = request({"type": "cni", "cni": {"config": "{nope"}}, ctx=ctx)
+        handler, req = request({"type": "cni", "cni": {"config": "{nope}"}}, ctx=ctx)
         handler.validate(dataclasses.replace(req, injection=NRI))
     with pytest.raises(ConfigError, match=r"needs the NRI injection mode"):
         handler, req = request({"type": "cni", "cni": {"config": json.dumps(config)}}, ctx=ctx)
