@@ -1,7 +1,8 @@
 """Claims of type cni on a real kubelet, containerd and runc: the NetworkAttachmentDefinitions
 of deploy/cni-examples.yaml applied unchanged, Debian's CNI plugins run by the driver at
 each pod sandbox (NRI), seen from inside the pods; a bridge network two pods share;
-host-local's leases given back when the pods go; a failing plugin's words on the pod."""
+host-local's leases given back when the pods go; a failing plugin's words on the pod; a
+CHECK failing after a restart reported on the pod and the claim."""
 
 from __future__ import annotations
 
@@ -171,6 +172,40 @@ def test_a_failing_plugin_fails_the_sandbox_with_its_words_and_leaves_nothing(
     assert "no_such_key" in message, message
     assert cluster.pod(kns, "p")["status"]["phase"] == "Pending"
     assert _leases(state, "macvlan-conf") == []
+
+
+def test_check_failing_after_a_restart_is_reported_on_the_pod_and_the_claim(
+    cluster: NodeCluster, cni_driver: tuple[HostDriver, Path], kns
+):
+    """net1 removed by hand inside a running pod: the driver, started again, runs CHECK
+    at the runtime's Synchronize and says so on the pod and on its claim, with the
+    plugin's words; the pod keeps running."""
+    driver, _ = cni_driver
+    lay = cluster.local.lay
+    cluster.apply([*_objects("macvlan-conf", kns), _pod("p", "macvlan-conf")], kns)
+    cluster.wait_running(kns, "p")
+    pod = cluster.pod(kns, "p")
+    uid = pod["metadata"]["uid"]
+    [claim] = cluster.pod_claim_names(pod)
+    pid = sandbox_pid(lay, uid)
+    assert pid is not None
+    subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "link", "del", "net1"], check=True
+    )
+    driver.kill()
+    driver.start()
+
+    def reported(name: str) -> str | None:
+        for ev in cluster.events(kns, name):
+            if ev.get("reason") == "NetworkCheckFailed" and ev.get("type") == "Warning":
+                return str(ev["message"])
+        return None
+
+    on_pod = wait_for("NetworkCheckFailed on the pod", lambda: reported("p"), 60, log=driver.log)
+    on_claim = wait_for("NetworkCheckFailed on the claim", lambda: reported(claim), 30)
+    for message in (on_pod, on_claim):
+        assert "macvlan" in message and "net1" in message, message
+    assert cluster.pod(kns, "p")["status"]["phase"] == "Running"
 
 
 def _bridged(cluster: NodeCluster, bridge: str) -> list[str]:
