@@ -357,13 +357,17 @@ class ClaimLifecycle:
             )
         return written, lost
 
-    def restore_metadata(self, record: ClaimRecord) -> bool:
-        """Write again the metadata files of a prepared record if one is missing. Never
-        raises: the files inform the pod, the claim stays prepared without them (a
-        failure is logged, and tried again at the next prepare of the claim)."""
+    def restore_metadata(self, record: ClaimRecord, changed: bool = False) -> bool:
+        """Write again the metadata files of a prepared record if one is missing, or
+        all of them when its network data `changed` (an attach made it known; the pod's
+        containers start after). Never raises: the files inform the pod, the claim stays
+        prepared without them (a failure is logged, and tried again at the next prepare
+        of the claim)."""
         root = self.metadata_root
         try:
-            if root is None or not record.devices or not devicemeta.missing(root, record):
+            if root is None or not record.devices:
+                return False
+            if not changed and not devicemeta.missing(root, record):
                 return False
             devicemeta.write(root, self._driver, record, self._lookup)
         except (DriverError, OSError) as exc:
@@ -375,9 +379,13 @@ class ClaimLifecycle:
                 error=exc,
             )
             return False
-        event(
-            log, logging.WARNING, "device metadata was gone: written again", claim=record.claim.uid
-        )
+        if not changed:
+            event(
+                log,
+                logging.WARNING,
+                "device metadata was gone: written again",
+                claim=record.claim.uid,
+            )
         return True
 
     def renew(self, record: ClaimRecord) -> ClaimRecord:

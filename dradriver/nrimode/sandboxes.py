@@ -289,8 +289,10 @@ class PodSandboxes:
             self.records.save(record)
             raise DriverError(f"{_claim(record)}: {exc}") from exc
         self.records.save(record)
-        if made and self.status is not None:
-            self.status.submit(record)  # what the pod got is known only now
+        if made:  # what the pod got is known only now
+            self.lifecycle.restore_metadata(record, changed=True)
+            if self.status is not None:
+                self.status.submit(record)
         event(
             log,
             logging.INFO,

@@ -22,6 +22,7 @@ from dradriver.handlers.cni import runner
 from dradriver.contract.hookspecs import CDI, NRI, ClaimRef
 from dradriver.nri import PodSandbox
 from dradriver.nrimode.sandboxes import PodSandboxes
+from dradriver.state import metadata
 from dradriver.state.moves import IN, SPENT
 from tests.support import fakecni
 from tests.support.statenode import POD, UID, Node, claim_object
@@ -104,6 +105,11 @@ def test_a_sandbox_gets_the_network_and_its_end_deletes_it(node, cni):
         "ips": ["10.99.0.5/24"],
         "hardwareAddress": "02:00:00:aa:bb:01",
     }
+    # The device metadata file the pod's containers read says what the plugins made.
+    path = metadata.host_path(node.plugin_dir, REF, "nic")
+    first, _ = json.JSONDecoder().raw_decode(path.read_text())
+    [request] = first["requests"]
+    assert request["devices"][0]["networkData"] == device.network_data
     _sandboxes(preparer).run_pod_sandbox(_pod())  # a repeat (another instance): nothing
     assert _made(cni) == _holds("s1")
     _teardown(node, _sandboxes(preparer), _pod())
