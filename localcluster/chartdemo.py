@@ -10,15 +10,17 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from .apiclient import ApiError
 from .cluster import LocalCluster
 from .driverimage import build_driver_image
-from .examples import write_examples
+from .examples import Examples, write_cni_examples, write_examples
 from .helmrelease import NAMESPACE, RELEASE, Release, build_helm, operator_values
 from .images import Image, busybox_version
 from .manifests import DEPLOY
 from .node import LocalNode
-from .report import describe
+from .report import describe, pods_or_pod
 from .waiting import wait_for
 
 CLUSTER_NAME = "dra-demo"
@@ -59,24 +61,62 @@ def driver_pods(cluster: LocalCluster) -> str:
 
 
 def run_examples(
-    node: LocalNode, workdir: Path, nodes: int, wait: Callable[[list[Path]], bool]
+    node: LocalNode,
+    workdir: Path,
+    nodes: int,
+    wait: Callable[[list[Path]], bool],
+    with_cni: bool = True,
 ) -> tuple[bool, float]:
-    """Apply deploy/'s examples (adapted, once per node), wait for them with `wait`
-    (deploy/network-check.py), print each pod; whether all came up, and how long it took."""
+    """Apply deploy/'s examples (adapted, once per node) and, `with_cni` (the chart's
+    driver: its image has the plugins, the chart the NAD CRD), the cni examples this
+    kernel can run; wait for them (`wait`: deploy/network-check.py; the cni pods until
+    Running), print each pod; whether all came up, and how long it took."""
     say(f"demo: busybox:1.37.0 here is Debian's busybox-static {busybox_version()}")
     examples = write_examples(workdir / "examples", nodes=nodes)
-    for note in examples.notes:
+    cni = write_cni_examples(workdir / "examples") if with_cni else Examples()
+    for note in examples.notes + cni.notes:
         say(f"demo: {note}")
     t0 = time.monotonic()
     for path in examples.files:
         node.apply(path)
+    if with_cni:
+        wait_for(
+            "the NetworkAttachmentDefinition API (the chart's cni.installCRD)",
+            lambda: _has_nads(node),
+            60,
+        )
+    for path in cni.files:
+        node.apply(path)
     say("demo: example workloads applied; waiting for them (deploy/network-check.py wait)")
     ok = wait(examples.files)
+    pods = [d for d in cni.docs if d["kind"] == "Pod"]
+    try:
+        wait_for("the cni example pods to run", lambda: _running(node, pods), 180)
+        if pods:
+            say(f"demo: the cni example pods run: {', '.join(p['metadata']['name'] for p in pods)}")
+    except AssertionError as exc:
+        ok = False
+        say(f"demo: {exc}")
     seconds = time.monotonic() - t0
     say()
-    say(describe(node, examples.docs))
+    say(describe(node, examples.docs + cni.docs))
     say()
     return ok, seconds
+
+
+def _has_nads(node: LocalNode) -> bool:
+    try:
+        return bool(node.request("GET", "/apis/k8s.cni.cncf.io/v1"))
+    except ApiError:
+        return False
+
+
+def _running(node: LocalNode, pods: list[dict[str, Any]]) -> bool:
+    """Whether every one of the example `pods` runs."""
+    return all(
+        (found := pods_or_pod(node, p)) and (found[0].get("status") or {}).get("phase") == "Running"
+        for p in pods
+    )
 
 
 def install_chart(cluster: LocalCluster, image: Image, helm: Path) -> float:
@@ -86,7 +126,7 @@ def install_chart(cluster: LocalCluster, image: Image, helm: Path) -> float:
     cluster.import_image(image)
     cluster.apply(DEPLOY / "namespace.yaml")
     release = Release(helm, cluster.kubeconfig, cluster.workdir / "helm", RELEASE, NAMESPACE)
-    values = operator_values(image)
+    values = {**operator_values(image), "cni": {"installCRD": True}}  # for the cni examples
     release.install(values)
     say(f"demo: helm install {RELEASE} deploy/helm/dra-driver -n {NAMESPACE} with {values}")
     wait_for("the driver DaemonSet on every node", lambda: rolled_out(cluster), 180)

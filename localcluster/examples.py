@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import shutil
 import subprocess
 import uuid
@@ -23,6 +24,9 @@ import yaml
 from .manifests import DEPLOY
 
 EXAMPLE_FILES = (DEPLOY / "deployment.yaml", DEPLOY / "multi-nic-deployment.yaml")
+CNI_EXAMPLES = DEPLOY / "cni-examples.yaml"
+# The link kind a CNI plugin of the cni examples makes (what the kernel must have).
+CNI_LINK_KINDS = {"macvlan": "macvlan", "ipvlan": "ipvlan", "vlan": "vlan", "bridge": "bridge"}
 STAND_IN_KIND = "veth"
 # The fields every netdev kind has (docs/configuration.md, opaque config reference): what a stand-in
 # veth keeps of the original's config (a macvlan's parent and mode would be refused).
@@ -143,6 +147,37 @@ def write_examples(
         result.files.append(dst)
         result.docs.extend(adapted)
         result.notes.extend(notes)
+    return result
+
+
+def write_cni_examples(
+    directory: Path, missing: Callable[[str], str | None] = link_kind_missing
+) -> Examples:
+    """deploy/cni-examples.yaml without the networks whose plugins make a link kind the
+    kernel lacks (by `missing`), each left out with a note; the others unchanged. A
+    network's NAD and template share its name, its pod is `cni-<name>`."""
+    docs = [d for d in yaml.safe_load_all(CNI_EXAMPLES.read_text()) if d]
+    result = Examples()
+    left_out = set()
+    for doc in docs:
+        if doc["kind"] != "NetworkAttachmentDefinition":
+            continue
+        plugins = json.loads(doc["spec"]["config"]).get("plugins") or []
+        kinds = [CNI_LINK_KINDS[p["type"]] for p in plugins if p.get("type") in CNI_LINK_KINDS]
+        reasons = [r for r in map(missing, kinds) if r is not None]
+        if reasons:
+            name = doc["metadata"]["name"]
+            left_out.add(name)
+            result.notes.append(f"{name}: {reasons[0]}, so its pod cni-{name} is left out")
+    kept = [d for d in docs if d["metadata"]["name"].removeprefix("cni-") not in left_out]
+    directory.mkdir(parents=True, exist_ok=True)
+    dst = directory / CNI_EXAMPLES.name
+    dst.write_text(
+        f"# {CNI_EXAMPLES.relative_to(DEPLOY.parent)}, the networks this kernel can make "
+        "(localcluster/examples.py)\n" + yaml.safe_dump_all(kept, sort_keys=False)
+    )
+    result.files.append(dst)
+    result.docs.extend(kept)
     return result
 
 

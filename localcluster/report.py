@@ -31,11 +31,26 @@ def pods_of(node: LocalNode, deployment: dict[str, Any]) -> list[dict[str, Any]]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def device_classes(deployment: dict[str, Any], docs: Iterable[dict[str, Any]]) -> set[str]:
-    """The device classes a Deployment's claims ask for."""
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of an example Deployment or Pod."""
+    spec = workload["spec"]
+    return dict(spec["template"]["spec"] if workload["kind"] == "Deployment" else spec)
+
+
+def pods_or_pod(node: LocalNode, workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Deployment's pods, or the example Pod itself (none if it is gone)."""
+    if workload["kind"] == "Deployment":
+        return pods_of(node, workload)
+    ns = workload["metadata"].get("namespace", "default")
+    query = f"fieldSelector=metadata.name%3D{workload['metadata']['name']}"
+    return list(node.request("GET", f"/api/v1/namespaces/{ns}/pods?{query}")["items"])
+
+
+def device_classes(workload: dict[str, Any], docs: Iterable[dict[str, Any]]) -> set[str]:
+    """The device classes an example Deployment's or Pod's claims ask for."""
     templates = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ResourceClaimTemplate"}
     out = set()
-    for ref in deployment["spec"]["template"]["spec"].get("resourceClaims") or []:
+    for ref in pod_spec(workload).get("resourceClaims") or []:
         template = templates.get(ref.get("resourceClaimTemplateName", ""))
         for req in (template or {}).get("spec", {}).get("spec", {}).get("devices", {}).get(
             "requests"
@@ -91,13 +106,14 @@ def claim_lines(node: LocalNode, pod: dict[str, Any]) -> list[str]:
 
 
 def describe(node: LocalNode, docs: list[dict[str, Any]]) -> str:
-    """Every example Deployment's pods: interfaces inside, claim status, or why not."""
+    """Every example Deployment's pods and every example Pod: interfaces inside, claim
+    status, or why not."""
     out = []
-    for dep in (d for d in docs if d.get("kind") == "Deployment"):
+    for dep in (d for d in docs if d.get("kind") in ("Deployment", "Pod")):
         name = dep["metadata"]["name"]
-        app = dep["spec"]["template"]["spec"]["containers"][0]["name"]
+        app = pod_spec(dep)["containers"][0]["name"]
         classes = device_classes(dep, docs)
-        pods = pods_of(node, dep)
+        pods = pods_or_pod(node, dep)
         if not pods:
             out.append(f"{name}: no pod")
         for pod in pods:

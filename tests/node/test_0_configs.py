@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from localcluster.driver import IPV6_TEST_RANGE, claim_address_ranges
-from localcluster.examples import EXAMPLE_FILES, adapt
+from localcluster.examples import EXAMPLE_FILES, adapt, write_cni_examples
 from localcluster.images import write_archive
 from localcluster.layout import GATEWAY_IP, NODE_IP, POD_SUBNET, NodeLayout
 from localcluster.namespaces import mount_script
@@ -122,6 +122,20 @@ def test_a_stand_in_veth_drops_what_only_the_original_kind_has():
         "mtu": 1400,
         "ipAddresses": ["198.51.100.10/24"],
     }
+
+
+def test_cni_examples_leave_out_only_the_networks_the_kernel_cannot_make(tmp_path):
+    lacks = {"ipvlan": "no ipvlan here", "vlan": "no vlan here"}
+    examples = write_cni_examples(tmp_path, lacks.get)
+    names = {(d["kind"], d["metadata"]["name"]) for d in examples.docs}
+    for kept in ("macvlan-conf", "bridge-static", "tuned-limited"):
+        assert {("NetworkAttachmentDefinition", kept), ("Pod", f"cni-{kept}")} <= names
+    assert not [n for _, n in names if n.removeprefix("cni-") in ("ipvlan-conf", "vlan-conf")]
+    assert examples.notes == [
+        "ipvlan-conf: no ipvlan here, so its pod cni-ipvlan-conf is left out",
+        "vlan-conf: no vlan here, so its pod cni-vlan-conf is left out",
+    ]
+    assert [d for d in yaml.safe_load_all(examples.files[0].read_text()) if d] == examples.docs
 
 
 def test_exec_output_is_parsed_into_interfaces():
