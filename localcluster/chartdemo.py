@@ -112,11 +112,12 @@ def _has_nads(node: LocalNode) -> bool:
 
 
 def _running(node: LocalNode, pods: list[dict[str, Any]]) -> bool:
-    """Whether every one of the example `pods` runs."""
-    return all(
-        (found := pods_or_pod(node, p)) and (found[0].get("status") or {}).get("phase") == "Running"
-        for p in pods
-    )
+    """Whether every one of the example `pods` runs (an API error: not yet)."""
+    try:
+        found = [pods_or_pod(node, p) for p in pods]
+    except ApiError:
+        return False
+    return all(f and (f[0].get("status") or {}).get("phase") == "Running" for f in found)
 
 
 def install_chart(cluster: LocalCluster, image: Image, helm: Path) -> float:

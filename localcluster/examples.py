@@ -26,7 +26,10 @@ from .manifests import DEPLOY
 EXAMPLE_FILES = (DEPLOY / "deployment.yaml", DEPLOY / "multi-nic-deployment.yaml")
 CNI_EXAMPLES = DEPLOY / "cni-examples.yaml"
 # The link kind a CNI plugin of the cni examples makes (what the kernel must have).
-CNI_LINK_KINDS = {"macvlan": "macvlan", "ipvlan": "ipvlan", "vlan": "vlan", "bridge": "bridge"}
+CNI_LINK_KINDS = {
+    "macvlan": "macvlan", "ipvlan": "ipvlan", "vlan": "vlan", "bridge": "bridge",
+    "bandwidth": "ifb",
+}  # fmt: skip
 STAND_IN_KIND = "veth"
 # The fields every netdev kind has (docs/configuration.md, opaque config reference): what a stand-in
 # veth keeps of the original's config (a macvlan's parent and mode would be refused).

@@ -51,7 +51,7 @@ def json_types(v: str, schema: Mapping[str, Any], path: str) -> str:
         f"{lit(field)} in {v} && type({text}) == string{bounded} ? "
         f"{text}.findAll({lit(fieldrules.TYPE_MEMBER)}).map(m, m.split('\"')[3])"
         f".filter(n, !(n in {allowed})).map(n, {path} + {lit('.' + field + ': ' + before)} + "
-        f"n + {lit(after)}) : []"
+        f"strings.quote(n) + {lit(after)}) : []"
     )
 
 

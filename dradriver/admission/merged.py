@@ -2,13 +2,17 @@
 
 It takes each DeviceClass as a parameter (its binding selects them all), so it runs once
 per class for a new ResourceClaim or ResourceClaimTemplate, and looks at the requests
-(and firstAvailable subrequests) of that class. For each, the configs that apply are the
+(and firstAvailable subrequests) of that class when the class is this driver's (it has
+a config of ours or a selector naming the driver: the driver merges nothing into
+another driver's requests). For each, the configs that apply are the
 class's (all, first) and then the claim's for that request, as the driver merges them.
 When one of them names the kind of a type object (the last one wins, as in the merge):
 
 * every required field of that kind is set by one of them;
 * every field any of them sets for that type belongs to that kind;
-* the value that wins for a field whose schema differs between kinds suits that kind.
+* the value that wins for a field whose schema differs between kinds suits that kind;
+* of fields that exclude each other (fieldrules.py), exactly one is set, when they name
+  the type last.
 
 When none names the kind, the allocated device decides it and the node checks. The work
 grows with requests times configs; past MAX_PAIRS the policy leaves the claim to the
@@ -50,6 +54,16 @@ def has_config(driver: str) -> str:
     )
 
 
+def ours_class(driver: str) -> str:
+    """CEL: the DeviceClass (`params`) is one of `driver`'s: it has a config of ours, or
+    a selector naming the driver (its name, or its attributes' domain)."""
+    return (
+        f"params.?spec.?config.orValue([]).exists(c, {ours('c', driver)}) ||\n"
+        "params.?spec.?selectors.orValue([]).exists(s, "
+        f"s.?cel.?expression.orValue('').contains({lit(driver)}))"
+    )
+
+
 def variables(tr: Translator, types: list[TypeSpec], driver: str) -> list[tuple[str, str]]:
     """(name, expression) of the policy's variables; `issues` lists every problem."""
     class_path = (
@@ -63,6 +77,9 @@ def variables(tr: Translator, types: list[TypeSpec], driver: str) -> list[tuple[
             "request.kind.kind == 'ResourceClaimTemplate' ? 'spec.spec.devices' : 'spec.devices'",
         ),
         ("deviceClass", "params.metadata.name"),
+        # A class of another driver: the driver never merges our configs into its
+        # requests (an unscoped config of ours does not reach them).
+        ("oursClass", ours_class(driver)),
         (
             "fragments",
             f"params.?spec.?config.orValue([]).transformList(i, c, {ours('c', driver)},\n"
@@ -127,7 +144,7 @@ def variables(tr: Translator, types: list[TypeSpec], driver: str) -> list[tuple[
     out.append(
         (
             "issues",
-            "!variables.bounded ? [] :\n"
+            "!variables.bounded || !variables.oursClass ? [] :\n"
             f"variables.targets.transformList(i, ts, [{per_request}]"
             ".filter(s, s != '').join('; ')).filter(s, s != '')",
         )

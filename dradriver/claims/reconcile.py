@@ -109,7 +109,9 @@ def _keep_true(
         return again
     restored, lost = lifecycle.restore_specs(record)
     report.restored_specs += restored
-    lifecycle.restore_metadata(record)
+    # A network attached in a sandbox may have changed what the files say after they
+    # were written (a crash in between): written again.
+    lifecycle.restore_metadata(record, changed=bool(record.attached))
     if lost:  # kept: its pod may be running; only a record of an older driver lacks specs
         report.problems.append(f"claim {uid}: CDI spec {', '.join(lost)} is gone")
     stale = lifecycle.is_intact(record, present)

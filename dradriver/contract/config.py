@@ -5,15 +5,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker, validators
-from jsonschema.exceptions import ValidationError
-
 from dradriver.base.errors import ConfigError
-from dradriver.contract import fieldrules, ifrules, iprules, macs, patterns
+from dradriver.contract import fieldrules, jsonpaths, macs
 from dradriver.contract.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.contract.registry import HandlerRegistry
 
@@ -23,101 +20,6 @@ SCHEMA_ID = "https://github.com/dra-driver/dra-driver/config.schema.json"
 MAX_DEPTH = 16
 VALIDATIONS_KEPT = 256  # distinct configs whose validation result is remembered
 MAX_VALUES = 2000
-_MESSAGE_LIMIT = 300
-
-FORMATS = FormatChecker()
-
-
-@FORMATS.checks("cidr", raises=ValueError)
-def _is_cidr(value: object) -> bool:
-    """A claim's interface address: see dradriver.contract.iprules (rule 1, form)."""
-    if isinstance(value, str):
-        iprules.parse_interface(value)
-    return True
-
-
-@FORMATS.checks("route-destination", raises=ValueError)
-def _is_destination(value: object) -> bool:
-    """A route's destination network (dradriver.contract.iprules.parse_destination)."""
-    if isinstance(value, str):
-        iprules.parse_destination(value)
-    return True
-
-
-@FORMATS.checks("route-gateway", raises=ValueError)
-def _is_gateway(value: object) -> bool:
-    """A route's gateway (dradriver.contract.iprules.parse_gateway)."""
-    if isinstance(value, str):
-        iprules.parse_gateway(value)
-    return True
-
-
-def _pattern(
-    validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    """`pattern` read as RE2 and JSON Schema read it: `$` is the end of the string."""
-    if validator.is_type(instance, "string") and not patterns.search(pattern, instance):
-        yield ValidationError(f"{_brief(instance)} does not match {pattern!r}")
-
-
-def _interface_rules(
-    validator: Any, value: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    """The `interfaceRules` keyword: what one interface's values say of each other
-    (dradriver.contract.ifrules), each issue at the field it names."""
-    if not validator.is_type(instance, "object"):
-        return
-    name = ((schema.get("properties") or {}).get("interfaceName") or {}).get("default")
-    keeps = bool(value.get("keepsAddresses"))
-    for path, message in ifrules.config_issues(instance, name, keeps):
-        yield ValidationError(message, path=path)
-
-
-def _exactly_one(
-    validator: Any, fields: Sequence[str], instance: Any, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    """The `exactlyOneOf` keyword (dradriver.contract.fieldrules), at the field it names."""
-    if not validator.is_type(instance, "object"):
-        return
-    issue = fieldrules.exactly_one_issue(instance, fields)
-    if issue is not None:
-        yield ValidationError(issue[1], path=[issue[0]])
-
-
-def _json_types(
-    validator: Any, rule: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    """The `jsonTypes` keyword (dradriver.contract.fieldrules), at the text's field."""
-    field, allowed = str(rule.get("field")), rule.get("allowed")
-    if not validator.is_type(instance, "object") or allowed is None:
-        return
-    text = instance.get(field)
-    if isinstance(text, str):
-        for name in fieldrules.refused_types(text, allowed):
-            yield ValidationError(fieldrules.refusal(name), path=[field])
-
-
-def _is_integer(_checker: object, instance: object) -> bool:
-    """A JSON integer that fits in 64 bits (what the API server reads as one): not 1.0."""
-    return (
-        isinstance(instance, int)
-        and not isinstance(instance, bool)
-        and -(2**63) <= instance < 2**63
-    )
-
-
-# Draft 2020-12 with `pattern` read as the standard (and the admission policy's RE2) reads
-# it, and integers as the API server reads them.
-Validator = validators.extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    validators={
-        "pattern": _pattern,
-        ifrules.KEYWORD: _interface_rules,
-        fieldrules.EXACTLY_ONE: _exactly_one,
-        fieldrules.JSON_TYPES: _json_types,
-    },
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
-)
 
 
 @dataclass(frozen=True)
@@ -151,7 +53,7 @@ class ConfigSchema:
         if allowed_types is not None:
             schema = fieldrules.with_allowed_types(schema, allowed_types)
         self.schema = schema
-        self._validator = Validator(self.schema, format_checker=FORMATS)
+        self._validator: Any = None  # built at the first validation (validation.py)
         # Claims made from one template carry one config: validating it again (~0.3 ms
         # of a prepare) finds what it found before. Keyed by the config's canonical JSON.
         self._issues_of = functools.lru_cache(maxsize=VALIDATIONS_KEPT)(self._validate_json)
@@ -173,12 +75,13 @@ class ConfigSchema:
         return tuple(self._validate(json.loads(text)))
 
     def _validate(self, parameters: object) -> list[tuple[str, str]]:
-        found = [leaf for e in self._validator.iter_errors(parameters) for leaf in _describe(e)]
-        # A field whose format check failed also fails its coarser pattern: one reason.
-        formats = {path for path, _, keyword in found if keyword == "format"}
-        return sorted(
-            {(p, _short(r)) for p, r, keyword in found if keyword != "pattern" or p not in formats}
-        )
+        # jsonschema loads with the first config, not with the daemon: ~65 ms of its
+        # start-up and 8 MB a driver that never sees a claim does not need.
+        from dradriver.contract import validation  # noqa: PLC0415
+
+        if self._validator is None:
+            self._validator = validation.validator(self.schema)
+        return validation.issues(self._validator, parameters)
 
     def resolve(self, parameters: object, device: Device | None) -> ResolvedConfig:
         """Fill the defaults the handlers declare for `device` and validate; raise ConfigError.
@@ -268,28 +171,6 @@ def _build_schema(registry: HandlerRegistry, driver_name: str) -> dict[str, Any]
     }
 
 
-def _describe(error: ValidationError) -> list[tuple[str, str, str]]:
-    """(path, reason, keyword) for one schema error, pointing at the offending field."""
-    path, keyword = "$", str(error.validator)
-    for elem in error.absolute_path:
-        path = f"{path}[{elem}]" if isinstance(elem, int) else _join(path, elem)
-    if "propertyNames" in error.relative_schema_path and isinstance(error.instance, str):
-        path = _join(path, error.instance)  # a key refused: name the key, as for a value
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    if keyword == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = set(schema.get("properties", {}))
-        extra = [k for k in error.instance if k not in allowed]
-        if extra:
-            return [(_join(path, k), "unknown field", keyword) for k in extra]
-    if keyword in ("allOf", "anyOf", "oneOf") and error.context:
-        return [leaf for sub in error.context for leaf in _describe(sub)]
-    if keyword in ("pattern", "not", "maxLength") and "description" in schema:
-        return [(path, f"{_brief(error.instance)} is invalid: {schema['description']}", keyword)]
-    if keyword == "format" and error.cause is not None:
-        return [(path, f"{_brief(error.instance)} is invalid: {error.cause}", keyword)]
-    return [(path, error.message, keyword)]
-
-
 def shape_problem(value: object) -> tuple[str, str] | None:
     """(path, reason) if `value` is nested too deeply, too big, or has a key that is not
     a string (YAML allows them); walked without recursion."""
@@ -305,22 +186,8 @@ def shape_problem(value: object) -> tuple[str, str] | None:
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    return path, f"key {_brief(key)} is not a string"
-                stack.append((child, _join(path, key), depth + 1))
+                    return path, f"key {jsonpaths.brief(key)} is not a string"
+                stack.append((child, jsonpaths.join(path, key), depth + 1))
         elif isinstance(item, list):
             stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
     return None
-
-
-def _brief(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _short(message: str) -> str:
-    return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."
-
-
-def _join(path: str, key: object) -> str:
-    key = str(key)
-    return f"{path}.{key}" if key.isidentifier() and key.isascii() else f"{path}[{json.dumps(key)}]"

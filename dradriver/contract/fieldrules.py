@@ -32,9 +32,10 @@ def refused_types(text: str, allowed: Sequence[str]) -> list[str]:
     return [n for n in names if n not in allowed]
 
 
-def refusal(name: str) -> str:
-    """What a refused type is told."""
-    return f"plugin {name} is not allowed (--cni-plugins)"
+def refusal(quoted: str) -> str:
+    """What a refused type, quoted (JSON's quotes, as CEL's strings.quote writes them),
+    is told."""
+    return f"plugin {quoted} is not allowed (--cni-plugins, chart settings.cniPlugins)"
 
 
 def exactly_one_issue(config: Mapping[str, Any], fields: Sequence[str]) -> tuple[str, str] | None:

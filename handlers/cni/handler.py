@@ -167,6 +167,20 @@ def _check_versions(req: DeviceRequest, net: Network, where: str) -> None:
             )
 
 
+def _check_bandwidth(req: DeviceRequest, net: Network) -> None:
+    """A share of the virtual device's bandwidth must be enforceable by the network's
+    plugins (a whole device's `bandwidth` only picked a link that fast)."""
+    kind = req.published.kind if req.published is not None else ""
+    if kind != VIRTUAL_KIND or not shaping.allocated(req):
+        return
+    problem = network.bandwidth_problem(net)
+    if problem is not None:
+        raise ClaimError(
+            f"{shaping.FIELD}: network {net.name} cannot hold the pod to the claim's "
+            f"bandwidth: {problem}; or leave bandwidth out of the request"
+        )
+
+
 class CniHandler:
     """Runs a claim's CNI network in its pod sandbox (an AttachingHandler)."""
 
@@ -188,12 +202,7 @@ class CniHandler:
         net = _network(req)
         where = _where(req.config)
         _check_versions(req, net, where)
-        if shaping.allocated(req) and not network.has_capability(net, shaping.BANDWIDTH):
-            raise ClaimError(
-                f"{shaping.FIELD}: network {net.name} has no plugin taking the bandwidth "
-                'capability to limit the claim to it; add {"type": "bandwidth", '
-                '"capabilities": {"bandwidth": true}} to its plugins, or leave bandwidth out'
-            )
+        _check_bandwidth(req, net)
         ips = [ipaddress.ip_interface(a) for a in req.config.get("ips", ())]
         shares = bool(network.host_interfaces(net))
         hostaddr.check(req.context, ips, f"{CNI_PATH}.ips", on_host=shares)

@@ -41,6 +41,13 @@ IPAM_FILE_FIELDS = ("dataDir", "resolvConf")
 HOST_DEVICE = "host-device"
 HOST_DEVICE_FIELDS = ("device", "hwaddr", "kernelpath", "pciBusID", "deviceID")
 DEVICE_PLUGINS = (HOST_DEVICE, "sriov")
+BANDWIDTH = "bandwidth"  # the plugin, and the capability it takes a pod's share as
+# Fields of the bandwidth plugin's own config it prefers to the runtime's `bandwidth`.
+BANDWIDTH_OWN_FIELDS = (
+    "ingressRate", "ingressBurst", "egressRate", "egressBurst", "shapedSubnets",
+    "unshapedSubnets",
+)  # fmt: skip
+VETH_PLUGINS = ("bridge", "ptp")  # the plugins that make a veth with a host end
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,7 @@ class Network:
         conf["cniVersion"] = self.version
         if prev is not None:
             conf["prevResult"] = prev
-        caps = conf.get("capabilities")
-        wanted = {k: v for k, v in runtime.items() if isinstance(caps, dict) and caps.get(k)}
+        wanted = {k: v for k, v in runtime.items() if _declares(conf, k)}
         if wanted:
             conf["runtimeConfig"] = {**(conf.get("runtimeConfig") or {}), **wanted}
         return conf
@@ -244,12 +250,39 @@ def with_state_dir(network: Network, state_dir: str) -> Network:
     return Network(network.name, network.version, tuple(plugins))
 
 
-def has_capability(network: Network, name: str) -> bool:
-    """Whether a plugin of the list declares capability `name` (takes it at runtime)."""
-    return any(
-        isinstance(p.get("capabilities"), dict) and p["capabilities"].get(name) is True
-        for p in network.plugins
-    )
+def bandwidth_problem(network: Network) -> str | None:
+    """Why the list cannot hold a pod to the bandwidth share its claim was given (None:
+    it can): one bandwidth plugin must take the share as its `bandwidth` capability
+    (the plugin prefers rates of its own config over it), beside a plugin that makes a
+    veth (the bandwidth plugin shapes its host end)."""
+    shapers = [p for p in network.plugins if p["type"] == BANDWIDTH]
+    taking = [p for p in shapers if _declares(p, BANDWIDTH)]
+    if not shapers:
+        return (
+            'it has no bandwidth plugin: add {"type": "bandwidth", "capabilities": '
+            '{"bandwidth": true}} after its main plugin'
+        )
+    if len(shapers) > 1:
+        return f"it has {len(shapers)} bandwidth plugins (they would share one ifb link)"
+    if not taking:
+        return (
+            'its bandwidth plugin does not take the share: give it "capabilities": '
+            '{"bandwidth": true} instead of rates of its own'
+        )
+    own = [f for f in BANDWIDTH_OWN_FIELDS if f in taking[0]]
+    if own:
+        return (
+            f"its bandwidth plugin names {', '.join(own)} of its own, which it prefers: remove them"
+        )
+    if not any(p["type"] in VETH_PLUGINS for p in network.plugins):
+        return "the bandwidth plugin shapes the host end of a veth, which only bridge or ptp make"
+    return None
+
+
+def _declares(plugin: Mapping[str, Any], capability: str) -> bool:
+    """Whether `plugin` declares `capability` (is given it in its runtime config)."""
+    caps = plugin.get("capabilities")
+    return isinstance(caps, dict) and bool(caps.get(capability))
 
 
 def takes_device(network: Network) -> bool:

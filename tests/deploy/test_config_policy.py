@@ -190,6 +190,28 @@ def test_configs_of_other_drivers_are_untouched(k8scheck):
     assert results[0]["cost"] == results[1]["cost"] == 0, "match conditions stop the policy"
 
 
+def test_requests_of_another_drivers_class_are_not_merged_with_ours(k8scheck):
+    """An unscoped config of ours reaches only the requests the driver serves: a gpu
+    request of another driver's class is not refused for what it lacks."""
+    gpu = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpus"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+    }
+    scoped = {**cc.cn(networkAttachment="macvlan-conf"), "requests": ["nic"]}
+    claim = cc.claim("two-drivers", [cc.cn(interfaceName="net2"), scoped], "cni")
+    claim["spec"]["devices"]["config"][0]["requests"] = []
+    claim["spec"]["devices"]["requests"][1]["exactly"]["deviceClassName"] = "gpus"
+    unsourced = copy.deepcopy(claim)
+    del unsourced["spec"]["devices"]["config"][1]
+    cases = [admission_request(c, [*deployed_classes(), gpu]) for c in (claim, unsourced)]
+    results = run_k8scheck(k8scheck, "vap", str(POLICY), cases=cases)
+    assert [r["allowed"] for r in results] == [True, False], results
+    text = " ".join(results[1]["messages"])
+    assert "request nic at" in text and "request other" not in text, text
+
+
 def test_device_class_updates_are_checked_only_when_the_config_changes(k8scheck):
     bad = cc.device_class("c", [cc.nd(mtu=1)])
     relabelled = copy.deepcopy(bad)

@@ -320,7 +320,7 @@ def test_cni_plugins_reach_the_policies_as_the_driver_takes_them(helm, k8scheck,
     assert [g["allowed"] for g in got] == [True, False], got
     assert [b["allowed"] for b in before] == [False, True], before
     assert all(not g["errors"] for g in got + before)
-    said = "spec.devices.config[0].opaque.parameters.cni.config: plugin bridge is not allowed"
+    said = 'spec.devices.config[0].opaque.parameters.cni.config: plugin "bridge" is not allowed'
     assert said in " ".join(got[1]["messages"]), got[1]
     for i, (p, allowed) in enumerate(zip(params, [True, False], strict=True)):
         path = tmp_path / f"net{i}.yaml"

@@ -203,7 +203,11 @@ def test_the_claims_bandwidth_share_reaches_the_bandwidth_plugin(host, pods, tmp
 def test_bandwidth_a_network_cannot_enforce_is_refused(host, tmp_path):
     params = {"type": "cni", "cni": {"config": json.dumps(_bridge_with_bandwidth(False))}}
     handler, req = request(params, ctx=_ctx(tmp_path), consumed={"bandwidth": "10M"})
-    with pytest.raises(ClaimError, match=r"capacity.requests.bandwidth: network bridge-limited"):
+    with pytest.raises(
+        ClaimError,
+        match=r"capacity.requests.bandwidth: network bridge-limited cannot hold the pod.*"
+        r"no bandwidth plugin",
+    ):
         handler.validate(dataclasses.replace(req, injection=NRI))
 
 

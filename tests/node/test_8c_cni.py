@@ -204,7 +204,7 @@ def test_check_failing_after_a_restart_is_reported_on_the_pod_and_the_claim(
     on_pod = wait_for("NetworkCheckFailed on the pod", lambda: reported("p"), 60, log=driver.log)
     on_claim = wait_for("NetworkCheckFailed on the claim", lambda: reported(claim), 30)
     for message in (on_pod, on_claim):
-        assert "macvlan" in message and "net1" in message, message
+        assert "plugin macvlan (CNI CHECK) failed" in message and "net1" in message, message
     assert cluster.pod(kns, "p")["status"]["phase"] == "Running"
 
 

@@ -789,12 +789,17 @@ def claim(
 
 
 def device_class(name: str, configs: Sequence[Params]) -> dict[str, Any]:
-    """A DeviceClass with the configs (no selector: the policy does not read it)."""
+    """A DeviceClass of the driver with the configs (the merged policy reads the
+    selector's driver name: another driver's classes are left alone)."""
+    selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": name},
-        "spec": {"config": [{"opaque": opaque(p)["opaque"]} for p in configs]},
+        "spec": {
+            "selectors": [selector],
+            "config": [{"opaque": opaque(p)["opaque"]} for p in configs],
+        },
     }
 
 
