@@ -24,6 +24,7 @@ from bench import (
     lifecycle,
     node,
     nodechurn,
+    nodelight,
     placement,
     publishing,
     rtnl,
@@ -83,6 +84,7 @@ def run(quick: bool, only: frozenset[str] = frozenset(), churn_pods: int = 1000)
     section("cni", cniattach.cni_attach, 5 if quick else 20)
     section("churn", churn.churn, 100 if quick else 1000, 25 if quick else 250)
     section("node", node.node_figures, 5 if quick else 20)
+    section("node-light", nodelight.lightness, 1 if quick else 3, 5 if quick else 10)
     section("node-churn", nodechurn.node_churn, 50 if quick else churn_pods)
     section("fleet", fleet.fleet, 10 if quick else 50, 20 if quick else 60, 20 if quick else 60)
     out["leftover_drivers"] = lifecycle.leftover_drivers()
@@ -203,6 +205,7 @@ def table(r: dict[str, Any]) -> str:
     lines += cniattach.rows(r.get("cni"))
     lines += churn.rows(r.get("churn"))
     lines += node_rows(r)
+    lines += nodelight.rows(r.get("node-light"))
     lines += nodechurn.rows(r.get("node-churn"))
     lines += fleet.rows(r.get("fleet"))
     total = sum(r["seconds"].values())

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dradriver import settings as settings_mod
-from dradriver.apiserver import slices
-from dradriver.apiserver.inventory import Inventory
 from dradriver.base.errors import DriverError
-from dradriver.contract.config import ConfigSchema
-from dradriver.contract.registry import HandlerRegistry
-from dradriver.state.ipamstore import IpamStore
+
+if TYPE_CHECKING:
+    from dradriver.contract.config import ConfigSchema
+
+# Each subcommand imports what it needs: `run` serves the kubelet before it loads the
+# rest of the driver (kubelet/server.py), the others stay light.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,22 +86,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _schema_flags(parser: argparse.ArgumentParser) -> None:
+    """The settings the schema depends on, defaulting as the daemon's flags do (from the
+    environment: run in the driver's container, they are the driver's own)."""
+    macs, plugins = (
+        settings_mod.env_name("macvlan_global_macs"),
+        settings_mod.env_name("cni_plugins"),
+    )
     parser.add_argument(
         "--macvlan-global-macs",
-        default="",
+        default=os.environ.get(macs, ""),
         help="comma-separated globally administered MACs a macvlan claim may set, as the "
-        "driver's flag of that name allows them",
+        f"driver's flag of that name allows them (env {macs})",
     )
     parser.add_argument(
         "--cni-plugins",
-        default=settings_mod.DEFAULT_CNI_PLUGINS,
+        default=os.environ.get(plugins, settings_mod.DEFAULT_CNI_PLUGINS),
         help="comma-separated CNI plugins a claim's inline network may name, as the "
-        "driver's flag of that name allows them (default: %(default)s)",
+        f"driver's flag of that name allows them (env {plugins}; default: %(default)s)",
     )
 
 
 def _config_schema(args: argparse.Namespace) -> ConfigSchema:
     """The config schema for --driver-name, --macvlan-global-macs and --cni-plugins."""
+    from dradriver.contract.config import ConfigSchema  # noqa: PLC0415
+    from dradriver.contract.registry import HandlerRegistry  # noqa: PLC0415
+
     entries = settings_mod.split_list(args.macvlan_global_macs)
     plugins = settings_mod.cni_plugins(args.cni_plugins)
     try:
@@ -107,13 +120,29 @@ def _config_schema(args: argparse.Namespace) -> ConfigSchema:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # The kubelet is served first, before the rest of the driver is imported and
+    # started: its calls wait for the driver (kubelet/server.py).
+    from dradriver.base import log, malloc  # noqa: PLC0415
+    from dradriver.kubelet.server import KubeletServer  # noqa: PLC0415
+    from dradriver.kubelet.sockets import socket_paths  # noqa: PLC0415
+
+    started = time.monotonic()
+    settings = settings_mod.from_args(args)
+    malloc.limit_arenas()  # before any thread starts
+    log.setup(settings.log_level)
+    server = KubeletServer(
+        socket_paths(settings), settings.driver_name, settings.node_name, settings.call_budget
+    )
+    server.start(settings.healthcheck_port)
     from dradriver import daemon  # noqa: PLC0415 - keeps the other subcommands light
 
-    daemon.limit_malloc_arenas()  # before any thread starts
-    return daemon.run(settings_mod.from_args(args))
+    return daemon.run(settings, server, started)
 
 
 def _discover(args: argparse.Namespace) -> int:
+    from dradriver.apiserver import slices  # noqa: PLC0415
+    from dradriver.apiserver.inventory import Inventory  # noqa: PLC0415
+    from dradriver.contract.registry import HandlerRegistry  # noqa: PLC0415
     from dradriver.daemon import context_of  # noqa: PLC0415
 
     settings = settings_mod.from_args(args)
@@ -134,6 +163,8 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _addresses(args: argparse.Namespace) -> int:
+    from dradriver.state.ipamstore import IpamStore  # noqa: PLC0415
+
     store = IpamStore(Path(args.state_dir))
     print(f"{'POOL':<12} {'ADDRESS':<40} CLAIM")
     for pool in store.pools():
@@ -146,6 +177,8 @@ def _addresses(args: argparse.Namespace) -> int:
 
 
 def _handlers(args: argparse.Namespace) -> int:
+    from dradriver.contract.registry import HandlerRegistry  # noqa: PLC0415
+
     rows = HandlerRegistry().table()
     width = max((len(t) + len(k) + 1 for t, k, _ in rows), default=10)
     print(f"{'TYPE/KIND':<{width}}  PLUGIN")
@@ -183,6 +216,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from dradriver.contract.config import ConfigSchema  # noqa: PLC0415
+    from dradriver.contract.registry import HandlerRegistry  # noqa: PLC0415
+
     print(ConfigSchema(HandlerRegistry(), args.driver_name).dumps())
     return 0
 
