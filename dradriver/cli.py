@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,8 +18,7 @@ from dradriver.base.errors import DriverError
 if TYPE_CHECKING:
     from dradriver.contract.config import ConfigSchema
 
-# Each subcommand imports what it needs: `run` serves the kubelet before it loads the
-# rest of the driver (kubelet/server.py), the others stay light.
+# Each subcommand imports what it needs: none loads what only another one uses.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,23 +118,10 @@ def _config_schema(args: argparse.Namespace) -> ConfigSchema:
 
 
 def _run(args: argparse.Namespace) -> int:
-    # The kubelet is served first, before the rest of the driver is imported and
-    # started: its calls wait for the driver (kubelet/server.py).
-    from dradriver.base import log, malloc  # noqa: PLC0415
-    from dradriver.kubelet.server import KubeletServer  # noqa: PLC0415
-    from dradriver.kubelet.sockets import socket_paths  # noqa: PLC0415
-
-    started = time.monotonic()
-    settings = settings_mod.from_args(args)
-    malloc.limit_arenas()  # before any thread starts
-    log.setup(settings.log_level)
-    server = KubeletServer(
-        socket_paths(settings), settings.driver_name, settings.node_name, settings.call_budget
-    )
-    server.start(settings.healthcheck_port)
     from dradriver import daemon  # noqa: PLC0415 - keeps the other subcommands light
 
-    return daemon.run(settings, server, started)
+    daemon.limit_malloc_arenas()  # before any thread starts
+    return daemon.run(settings_mod.from_args(args))
 
 
 def _discover(args: argparse.Namespace) -> int:

@@ -2,10 +2,6 @@
 
 The service socket starts first; the registration socket appears only once every
 advertised service is serving, because the kubelet calls them right after GetInfo.
-Both start as soon as the process runs, before the rest of the driver is imported and
-started (a plugin watcher meets the driver in a fraction of a second): calls that
-arrive before the driver is `attach`ed wait for it within their budget, or are told
-the driver is still starting (the kubelet retries).
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,6 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from dradriver.base import timing
 from dradriver.base.log import event
 from dradriver.claims.budget import DEFAULT_CALL_BUDGET, call_budget
+from dradriver.claims.outcome import Outcome
+from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef, Device
 from dradriver.kubelet.liveness import Liveness
 from dradriver.kubelet.proto import (
@@ -39,12 +37,7 @@ from dradriver.kubelet.proto import (
 )
 from dradriver.kubelet.sockets import SocketPaths, remove_stale_socket
 
-if TYPE_CHECKING:  # the services import neither: they start before the driver's modules
-    from dradriver.claims.outcome import Outcome
-    from dradriver.claims.prepare import Preparer
-
 log = logging.getLogger(__name__)
-STARTING = "the driver is still starting; the kubelet retries"
 
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth")
 DRA_SERVICES = (
@@ -59,71 +52,14 @@ DRA_WORKERS = 8
 MAX_HEALTH_STREAMS = 2
 
 
-class _Driver:
-    """What the services call, attached once the driver has started; until then a
-    call waits for it, and a registration is remembered."""
-
-    def __init__(self) -> None:
-        self._attached = threading.Event()
-        self._lock = threading.Lock()
-        self.preparer: Preparer | None = None
-        self.devices: Callable[[], list[Device]] = list
-        self._on_registered: Callable[[], None] | None = None
-        self._registered = False
-
-    def attach(
-        self,
-        preparer: Preparer,
-        devices: Callable[[], list[Device]],
-        on_registered: Callable[[], None],
-    ) -> None:
-        """The driver is up: calls go to `preparer`; `on_registered` runs now if the
-        kubelet registered the driver already, else when it does."""
-        with self._lock:
-            self.preparer, self.devices = preparer, devices
-            self._on_registered = on_registered
-            registered = self._registered
-        self._attached.set()
-        if registered:
-            on_registered()
-
-    def registered(self) -> None:
-        """The kubelet registered the driver."""
-        with self._lock:
-            self._registered = True
-            callback = self._on_registered
-        if callback is not None:
-            callback()
-
-    def wait(self, seconds: float) -> Preparer | None:
-        """The preparer, waited for at most `seconds` (None: not attached yet)."""
-        self._attached.wait(max(0.0, seconds))
-        return self.preparer
-
-    def current_devices(self) -> list[Device]:
-        """The pool's devices (none before the driver is attached)."""
-        return self.devices()
-
-    def busy(self) -> bool:
-        """Whether calls are in flight (a liveness probe then waits for the answer)."""
-        return self.preparer is not None and self.preparer.gate.busy()
-
-
-def _starting(resp: Any, refs: list[ClaimRef]) -> Any:
-    """`resp` telling every claim the driver is still starting."""
-    for ref in refs:
-        resp.claims[ref.uid].error = STARTING
-    return resp
-
-
 class _DRAService:
     """NodePrepareResources / NodeUnprepareResources for one API version."""
 
     def __init__(
-        self, pb2: ModuleType, driver: _Driver, budget_cap: float, with_share_id: bool
+        self, pb2: ModuleType, preparer: Preparer, budget_cap: float, with_share_id: bool
     ) -> None:
         self._pb2 = pb2
-        self._driver = driver
+        self._preparer = preparer
         self._cap = budget_cap
         self._share = with_share_id
 
@@ -133,39 +69,26 @@ class _DRAService:
         if not refs:  # liveness checks call with no claims: answer without the lock
             return resp
         with timing.timed_call() as clock:
-            preparer, budget = self._preparer(context)
-            if preparer is None:
-                return _starting(resp, refs)
-            outcomes = preparer.prepare(refs, budget)
+            budget = call_budget(context.time_remaining(), self._cap)
+            outcomes = self._preparer.prepare(refs, budget)
             for uid, outcome in outcomes.items():
                 resp.claims[uid].CopyFrom(self._prepare_response(outcome))
-        self._observe(preparer, "NodePrepareResources", clock)
+        self._observe("NodePrepareResources", clock)
         return resp
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
         resp = self._pb2.NodeUnprepareResourcesResponse()
         with timing.timed_call() as clock:
-            preparer, budget = self._preparer(context)
-            if preparer is None:
-                return _starting(resp, refs)
-            outcomes = preparer.unprepare(refs, budget)
+            budget = call_budget(context.time_remaining(), self._cap)
+            outcomes = self._preparer.unprepare(refs, budget)
             for uid, outcome in outcomes.items():
                 resp.claims[uid].error = outcome.error or ""
-        self._observe(preparer, "NodeUnprepareResources", clock)
+        self._observe("NodeUnprepareResources", clock)
         return resp
 
-    def _preparer(self, context: grpc.ServicerContext) -> tuple[Preparer | None, float]:
-        """The driver's preparer (waited for within the call's budget) and the budget
-        left for the call."""
-        budget = call_budget(context.time_remaining(), self._cap)
-        start = time.monotonic()
-        preparer = self._driver.wait(budget)
-        return preparer, budget - (time.monotonic() - start)
-
-    @staticmethod
-    def _observe(preparer: Preparer, method: str, clock: timing.PhaseClock) -> None:
-        metrics = preparer.metrics
+    def _observe(self, method: str, clock: timing.PhaseClock) -> None:
+        metrics = self._preparer.metrics
         if metrics is not None:
             metrics.observe_call(method, clock)
 
@@ -301,26 +224,27 @@ class KubeletServer:
         paths: SocketPaths,
         driver: str,
         pool: str,
+        preparer: Preparer,
+        devices: Callable[[], list[Device]],
+        on_registered: Callable[[], None] = lambda: None,
         budget_cap: float = DEFAULT_CALL_BUDGET,
     ) -> None:
-        """Build the services; nothing listens until `start`, nothing is prepared until
-        `attach`. A call's budget is derived from its gRPC deadline, at most
-        `budget_cap` seconds (--call-budget)."""
+        """Build the services; nothing listens until `start`. A call's budget is derived
+        from its gRPC deadline, at most `budget_cap` seconds (--call-budget)."""
         self.paths = paths
         self._driver = driver
-        self._backend = _Driver()
         self.health = health.HealthServicer()
         self._service = grpc.server(
             futures.ThreadPoolExecutor(max_workers=DRA_WORKERS, thread_name_prefix="dra")
         )
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1_pb2, self._backend, budget_cap, with_share_id=True), self._service
+            _DRAService(dra_v1_pb2, preparer, budget_cap, with_share_id=True), self._service
         )
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1beta1_pb2, self._backend, budget_cap, with_share_id=False),
+            _DRAService(dra_v1beta1_pb2, preparer, budget_cap, with_share_id=False),
             self._service,
         )
-        self._device_health = _ResourceHealthService(pool, self._backend.current_devices)
+        self._device_health = _ResourceHealthService(pool, devices)
         health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
             self._device_health, self._service
         )
@@ -329,21 +253,10 @@ class KubeletServer:
             futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="registration")
         )
         registration_pb2_grpc.add_RegistrationServicer_to_server(
-            _RegistrationService(driver, paths.service, self._backend.registered),
-            self._registration,
+            _RegistrationService(driver, paths.service, on_registered), self._registration
         )
+        self._gate = preparer.gate
         self._liveness: Liveness | None = None
-
-    def attach(
-        self,
-        preparer: Preparer,
-        devices: Callable[[], list[Device]],
-        on_registered: Callable[[], None] = lambda: None,
-    ) -> None:
-        """The driver has started: calls go to `preparer`, the health service reports
-        `devices`, `on_registered` runs once the kubelet has registered the driver (now,
-        if it has)."""
-        self._backend.attach(preparer, devices, on_registered)
 
     def start(self, healthcheck_port: int = -1) -> None:
         """Serve the DRA socket, then register (the kubelet may call at once)."""
@@ -356,7 +269,7 @@ class KubeletServer:
         for name in ("", *DRA_SERVICES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if healthcheck_port >= 0:
-            self._liveness = Liveness(self.paths, healthcheck_port, self._backend.busy)
+            self._liveness = Liveness(self.paths, healthcheck_port, self._gate.busy)
             self._liveness.start()
         self._registration.add_insecure_port(f"unix://{self.paths.registration}")
         self._registration.start()
