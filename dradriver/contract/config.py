@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dradriver.base.errors import ConfigError
-from dradriver.contract import fieldrules, jsonpaths, macs
+from dradriver.contract import fieldrules, jsonpaths, macs, validation
 from dradriver.contract.hookspecs import UNKNOWN_DEVICE, Device
 from dradriver.contract.registry import HandlerRegistry
 
@@ -53,7 +53,7 @@ class ConfigSchema:
         if allowed_types is not None:
             schema = fieldrules.with_allowed_types(schema, allowed_types)
         self.schema = schema
-        self._validator: Any = None  # built at the first validation (validation.py)
+        self._validator = validation.validator(self.schema)
         # Claims made from one template carry one config: validating it again (~0.3 ms
         # of a prepare) finds what it found before. Keyed by the config's canonical JSON.
         self._issues_of = functools.lru_cache(maxsize=VALIDATIONS_KEPT)(self._validate_json)
@@ -75,12 +75,6 @@ class ConfigSchema:
         return tuple(self._validate(json.loads(text)))
 
     def _validate(self, parameters: object) -> list[tuple[str, str]]:
-        # jsonschema loads with the first config, not with the daemon: ~65 ms of its
-        # start-up and 8 MB a driver that never sees a claim does not need.
-        from dradriver.contract import validation  # noqa: PLC0415
-
-        if self._validator is None:
-            self._validator = validation.validator(self.schema)
         return validation.issues(self._validator, parameters)
 
     def resolve(self, parameters: object, device: Device | None) -> ResolvedConfig:

@@ -120,18 +120,3 @@ def test_the_running_driver_loads_yaml_only_for_a_yaml_kubeconfig(tmp_path):
         )
         assert res.returncode == 0, res.stderr
         assert res.stdout.split() == ["https://192.0.2.1:6443", loaded]
-
-
-def test_the_idle_driver_loads_no_jsonschema():
-    """jsonschema (4.5 MB, ~65 ms of start-up) loads with the first config a claim
-    brings (contract/validation.py), not with the daemon."""
-    code = (
-        "import sys\n"
-        "import dradriver.cli, dradriver.daemon\n"
-        "import dradriver.handlers.netdev, dradriver.handlers.rdma, dradriver.handlers.combo\n"
-        "import dradriver.handlers.cni\n"
-        "print('jsonschema' in sys.modules)\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "False"
