@@ -70,7 +70,7 @@ def merged(t: TypeSpec, fragments: str, applies: str) -> str | None:
     typed = f"variables.fragments.filter(c, type(c.p) == map && 'type' in c.p && {applies})"
     kinds = f"fs.filter(c, 'kind' in c.p[{name}])"
     kind = f"(size(ks) == 0 ? {lit(next(iter(having)))} : ks[size(ks) - 1].p[{name}].kind)"
-    applies = "true" if len(having) == len(t.kinds) else f"{kind} in {lit(list(having))}"
+    for_kind = "true" if len(having) == len(t.kinds) else f"{kind} in {lit(list(having))}"
     sets = f"{lit(fields)}.filter(f, fs.exists(c, f in c.p[{name}]))"
     none = (
         f"last.path + {lit('.' + t.name + '.' + fields[0] + ': required: one of ')} + "
@@ -87,6 +87,6 @@ def merged(t: TypeSpec, fragments: str, applies: str) -> str | None:
     return (
         f"[{typed}].map(tys, size(tys) == 0 || tys[size(tys) - 1].p['type'] != {name} ? '' :\n"
         f"[tys[size(tys) - 1]].map(last, [{fragments}].map(fs,\n"
-        f"[{kinds}].map(ks, !({applies}) ? '' :\n"
+        f"[{kinds}].map(ks, !({for_kind}) ? '' :\n"
         f"[{sets}].map(on, size(on) == 1 ? '' : size(on) == 0 ? {none} : {both})[0])[0])[0])[0])[0]"
     )
