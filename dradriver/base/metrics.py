@@ -3,8 +3,8 @@ injection mode, pod sandbox events (NRI mode)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-
+from dradriver.base.exposition import Counter, Gauge, Histogram, Registry
+from dradriver.base.metricsserver import start_server
 from dradriver.base.timing import PhaseClock
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -17,7 +17,7 @@ class Metrics:
 
     def __init__(self) -> None:
         """Create the metrics; nothing is served until `serve`."""
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = Registry()
         r = self.registry
         self.operations = Counter(
             "dra_driver_operations",
@@ -115,4 +115,4 @@ class Metrics:
     def serve(self, addr: str) -> None:
         """Serve /metrics on `addr` (host:port) from a daemon thread."""
         host, _, port = addr.rpartition(":")
-        start_http_server(int(port), addr=host or "0.0.0.0", registry=self.registry)
+        start_server(self.registry, host or "0.0.0.0", int(port))
