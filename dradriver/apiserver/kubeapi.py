@@ -1,26 +1,25 @@
 """The Kubernetes API calls the driver makes, as raw JSON over one HTTP connection pool.
 
 Where the server is and how to authenticate come from `kubeconfig.py` (in-cluster or a
-kubeconfig file). Raw JSON keeps fields a typed client's models would drop.
+kubeconfig file); the connections from `connections.py`. Raw JSON keeps fields a typed
+client's models would drop.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import socket
-import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-import urllib3
-
 from dradriver.apiserver import kubeconfig
+from dradriver.apiserver.connections import ConnectionPool, Reply, Stream
 from dradriver.apiserver.kubeconfig import ApiConfig
+from dradriver.apiserver.transport import Timeouts, Unreachable
 from dradriver.base.errors import DriverError
+from dradriver.base.log import event
 from dradriver.contract import naming
 
 log = logging.getLogger(__name__)
@@ -30,20 +29,8 @@ RESOURCE_API = "/apis/resource.k8s.io/v1"
 NAD_API = "/apis/k8s.cni.cncf.io/v1"  # Multus's NetworkAttachmentDefinitions
 SLICES = f"{RESOURCE_API}/resourceslices"
 PODS = "/api/v1/pods"
-_TIMEOUT = urllib3.Timeout(connect=5.0, read=20.0)
-# Claim fetches of a batch run side by side (prepare.py), beside the publisher and the
-# status writer: enough connections that none is opened and thrown away per request.
-_POOL_SIZE = 12
+_TIMEOUT = Timeouts(connect=5.0, read=20.0)
 _WATCH_SLACK = 60  # seconds a watch may stay silent beyond the end the server was asked for
-# TCP keepalive: a connection whose peer vanished (a half-open watch after a network
-# failure) fails within about a minute instead of at the watch's read timeout.
-_SOCKET_OPTIONS = [
-    *urllib3.connection.HTTPConnection.default_socket_options,
-    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10),
-    (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3),
-]
 
 
 class ApiError(DriverError):
@@ -71,27 +58,26 @@ class KubeApi:
         """The API server's URL, as errors name it."""
         return self._host
 
-    def _new_pool(self) -> urllib3.PoolManager:
+    def _new_pool(self) -> ConnectionPool:
         """A connection pool trusting the configured CA, with the current client cert."""
-        kwargs: dict[str, Any] = {
-            "maxsize": _POOL_SIZE,
-            "timeout": _TIMEOUT,
-            "retries": False,
-            "socket_options": _SOCKET_OPTIONS,
-        }
-        if self._host.startswith("https://"):
-            cfg = self._config
-            ctx = ssl.create_default_context(cafile=cfg.ca_file, cadata=cfg.ca_data)
-            if cfg.insecure:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            self._cert = cfg.credentials.client_cert()
-            if self._cert is not None:
-                ctx.load_cert_chain(*self._cert)
-            kwargs["ssl_context"] = ctx
-            if cfg.tls_server_name:
-                kwargs["server_hostname"] = cfg.tls_server_name
-        return urllib3.PoolManager(**kwargs)
+        cfg = self._config
+        tls = self._host.startswith("https://")
+        self._cert = cfg.credentials.client_cert() if tls else None
+        if cfg.insecure and tls:
+            event(
+                log,
+                logging.WARNING,
+                "the API server's certificate is not checked (insecure-skip-tls-verify)",
+                server=self._host,
+            )
+        return ConnectionPool(
+            self._host,
+            ca_file=cfg.ca_file,
+            ca_data=cfg.ca_data,
+            insecure=cfg.insecure,
+            cert=self._cert,
+            server_name=cfg.tls_server_name,
+        )
 
     def request(
         self,
@@ -109,7 +95,7 @@ class KubeApi:
         """
         limit = _TIMEOUT
         if timeout is not None:
-            limit = urllib3.Timeout(total=timeout, connect=min(timeout, 5.0))
+            limit = Timeouts(connect=min(timeout, 5.0), read=timeout, total=timeout)
         return self._fresh_on_401(
             lambda: _decode(self._send(method, path, body, query, content_type, limit), path)
         )
@@ -133,10 +119,22 @@ class KubeApi:
         body: Any,
         query: Mapping[str, str] | None,
         content_type: str,
-        timeout: urllib3.Timeout,
-        stream: bool = False,
-    ) -> urllib3.BaseHTTPResponse:
-        url = self._host + path + (("?" + urlencode(query)) if query else "")
+        timeout: Timeouts,
+    ) -> Reply:
+        """Send one request with the current credentials; return its whole answer."""
+        pool, headers = self._pool_and_headers()
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode()
+        try:
+            return pool.request(method, _with_query(path, query), data, headers, timeout)
+        except Unreachable as exc:
+            raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
+
+    def _pool_and_headers(self) -> tuple[ConnectionPool, dict[str, str]]:
+        """The pool to send with (a new one for a new client certificate) and the headers
+        of a request, its credentials included."""
         headers = {"Accept": "application/json", "User-Agent": "dra-driver"}
         credentials = self._config.credentials
         try:
@@ -147,19 +145,14 @@ class KubeApi:
         if authorization:
             headers["Authorization"] = authorization
         with self._lock:
-            if cert != self._cert:  # an exec plugin handed out a new certificate
-                self._pool = self._new_pool()
+            old = None
+            if cert != self._cert and self._host.startswith("https://"):
+                # an exec plugin handed out a new certificate
+                old, self._pool = self._pool, self._new_pool()
             pool = self._pool
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body).encode()
-        try:
-            return pool.request(
-                method, url, body=data, headers=headers, timeout=timeout, preload_content=not stream
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
+        if old is not None:
+            old.close()
+        return pool, headers
 
     def watch(self, path: str, query: Mapping[str, str], seconds: int) -> Watch:
         """Open a watch of the collection at `path` from `query`'s resourceVersion, with
@@ -171,13 +164,21 @@ class KubeApi:
             "timeoutSeconds": str(seconds),
         }
         # A watch that hears nothing for longer than the server's own end is a dead one.
-        limit = urllib3.Timeout(connect=5.0, read=seconds + _WATCH_SLACK)
+        limit = Timeouts(connect=5.0, read=seconds + _WATCH_SLACK)
 
         def open_watch() -> Watch:
-            resp = self._send("GET", path, None, full, "", limit, stream=True)
-            if resp.status >= 400:
-                _decode(resp, path)  # raises the server's error
-            return Watch(resp, path)
+            pool, headers = self._pool_and_headers()
+            try:
+                stream = pool.stream(_with_query(path, full), headers, limit)
+                if stream.status >= 400:
+                    try:
+                        reply = Reply(stream.status, stream.reason, stream.body())
+                    finally:
+                        stream.close()
+                    _decode(reply, path)  # raises the server's error
+            except Unreachable as exc:
+                raise ApiError(0, "unreachable", f"API server {self._host}: {exc}") from None
+            return Watch(stream, path)
 
         return self._fresh_on_401(open_watch)
 
@@ -283,41 +284,38 @@ class KubeApi:
 class Watch:
     """An open watch: its events as the server sends them; `close` ends it from any thread."""
 
-    def __init__(self, resp: urllib3.BaseHTTPResponse, path: str) -> None:
-        """Read events from `resp`, the watch of `path`."""
-        self._resp = resp
+    def __init__(self, stream: Stream, path: str) -> None:
+        """Read events from `stream`, the answer to the watch of `path`."""
+        self._stream = stream
         self._path = path
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Each event ({type, object}) until the server ends the watch."""
+        status = self._stream.status
         try:
-            for line in self._resp:
+            for line in self._stream.lines():
                 if not line.strip():
                     continue
                 try:
                     ev = json.loads(line)
                 except (ValueError, RecursionError):
                     raise ApiError(
-                        self._resp.status, "BadResponse", f"not a watch event from {self._path}"
+                        status, "BadResponse", f"not a watch event from {self._path}"
                     ) from None
                 if not isinstance(ev, dict) or not isinstance(ev.get("object"), dict):
-                    raise ApiError(
-                        self._resp.status, "BadResponse", f"not a watch event from {self._path}"
-                    )
+                    raise ApiError(status, "BadResponse", f"not a watch event from {self._path}")
                 yield ev
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except Unreachable as exc:
             raise ApiError(0, "unreachable", f"watch of {self._path} ended: {exc}") from None
 
     def close(self) -> None:
         """End the watch from any thread: the thread reading its events sees them end."""
-        with contextlib.suppress(OSError):
-            self._resp.shutdown()
+        self._stream.shutdown()
 
     def release(self) -> None:
         """Drop the watch's connection (by the thread that read it): never given back to
         the pool, where another request could read what is left of the stream."""
-        with contextlib.suppress(OSError):
-            self._resp.close()
+        self._stream.close()
 
 
 def slice_selector(driver: str, node_name: str) -> dict[str, str]:
@@ -330,7 +328,12 @@ def pod_selector(node_name: str) -> dict[str, str]:
     return {"fieldSelector": f"spec.nodeName={node_name}"}
 
 
-def _decode(resp: urllib3.BaseHTTPResponse, path: str) -> Any:
+def _with_query(path: str, query: Mapping[str, str] | None) -> str:
+    """`path` with `query` encoded after it."""
+    return path + (("?" + urlencode(query)) if query else "")
+
+
+def _decode(resp: Reply, path: str) -> Any:
     """The JSON body of `resp`, or ApiError for an error status or a body that is not JSON."""
     try:
         payload = json.loads(resp.data) if resp.data else None
