@@ -45,7 +45,8 @@ class ConfigSchema:
         administered MACs the operator allows where a locally administered one is asked
         (contract.macs; ValueError for an entry that is not a unicast MAC);
         `allowed_types`: the CNI plugins the operator allows (--cni-plugins), for the
-        `jsonTypes` keyword (contract.fieldrules; None: not checked)."""
+        `jsonTypes` keyword (contract.fieldrules; None: not checked). RegistryError if a
+        handler's fragment uses a keyword or format the validator does not check."""
         self.registry = registry
         schema = _with_pattern(
             _build_schema(registry, driver_name), macs.LOCAL_MAC_PATTERN, macs.local_or(global_macs)
