@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import ipaddress
 import logging
 import os
@@ -244,13 +245,7 @@ def run(settings: Settings) -> int:
     )
     start_status(status, records, report.reprepared_claims)
     publisher.start()
-    # The kubelet is served before the runtime has answered the NRI plugin (a socket
-    # round trip, seconds if the runtime is slow): prepares wait for the mode instead.
-    # Prepares ahead too: the pod watch starts only once they would wait.
-    preparer.choosing_injection()
-    prefetch.start()
-    server.start(settings.healthcheck_port)
-    log_startup("serving the kubelet", settings, started)
+    serve_kubelet(server, preparer, prefetch, settings, started)
     preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)
     metrics.set_injection(preparer.injection)
     log_startup("ready", settings, started)
@@ -270,6 +265,25 @@ def run(settings: Settings) -> int:
     status.stop()
     reporter.stop()
     return 0
+
+
+def serve_kubelet(
+    server: KubeletServer,
+    preparer: Preparer,
+    prefetch: ClaimPrefetch,
+    settings: Settings,
+    started: float,
+) -> None:
+    """Serve the kubelet, before the runtime has answered the NRI plugin (a socket round
+    trip, seconds if the runtime is slow): prepares wait for the mode instead. Prepares
+    ahead too: the pod watch starts only once they would wait."""
+    preparer.choosing_injection()
+    prefetch.start()
+    # What start-up made lives as long as the process: out of the collector's reach, a
+    # full collection inside a kubelet call no longer walks it (~35,000 objects, 8-40 ms).
+    gc.freeze()
+    server.start(settings.healthcheck_port)
+    log_startup("serving the kubelet", settings, started)
 
 
 def serve_metrics(addr: str | None) -> Metrics:
