@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -207,7 +207,9 @@ def write_kubeconfig(
     client: CertPair | None = None,
     token: str | None = None,
 ) -> Path:
-    """A self-contained kubeconfig (all data inline) with one context."""
+    """A self-contained kubeconfig (all data inline) with one context, as JSON (which
+    every kubeconfig reader takes as YAML): a driver reading it, like the DaemonSet's
+    in-cluster configuration, loads no YAML parser."""
     creds: dict[str, str] = {}
     if client is not None:
         creds["client-certificate-data"] = _b64(client.cert_pem())
@@ -227,7 +229,7 @@ def write_kubeconfig(
         "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
         "current-context": "e2e",
     }
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.write_text(json.dumps(doc, indent=2) + "\n")
     path.chmod(0o600)
     return path
 
