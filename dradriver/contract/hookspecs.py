@@ -343,7 +343,8 @@ class Handler(Protocol):
         """The kinds of that type served."""
 
     def schema(self, kind: str) -> Mapping[str, Any]:
-        """JSON Schema of the `<type>` config object when its kind is `kind`."""
+        """JSON Schema of the `<type>` config object when its kind is `kind` (the keywords of
+        dradriver.contract.schemacheck)."""
 
     def validate(self, req: DeviceRequest) -> Validated:
         """Check the config against the allocated device without changing anything."""

@@ -74,7 +74,9 @@ def _repeats(x: object) -> bool:
 # The size keywords: (the type they judge, a least size (else a most), the verdict at the
 # edge (1 for a least, 0 for a most), the verdict otherwise).
 _SIZES = {
+    "minProperties": (dict, True, "should be non-empty", "does not have enough properties"),
     "maxProperties": (dict, False, "is expected to be empty", "has too many properties"),
+    "minItems": (list, True, "should be non-empty", "is too short"),
     "maxItems": (list, False, "is expected to be empty", "is too long"),
     "minLength": (str, True, "should be non-empty", "is too short"),
     "maxLength": (str, False, "is expected to be empty", "is too long"),
@@ -125,6 +127,26 @@ def _maximum(value: Any) -> Test:
     )
 
 
+def _exclusive_minimum(value: Any) -> Test:
+    if not _is_number(value):
+        raise ValueError(f"must be a number, not {value!r}")
+    return lambda x: (
+        f"{x!r} is less than or equal to the minimum of {value!r}"
+        if _is_number(x) and x <= value
+        else None
+    )
+
+
+def _exclusive_maximum(value: Any) -> Test:
+    if not _is_number(value):
+        raise ValueError(f"must be a number, not {value!r}")
+    return lambda x: (
+        f"{x!r} is greater than or equal to the maximum of {value!r}"
+        if _is_number(x) and x >= value
+        else None
+    )
+
+
 # Each keyword: its value in a schema -> its test (ValueError for a value it cannot take).
 ASSERTIONS: dict[str, Callable[[Any], Test]] = {
     "type": _type,
@@ -135,6 +157,8 @@ ASSERTIONS: dict[str, Callable[[Any], Test]] = {
     "pattern": _pattern,
     "minimum": _minimum,
     "maximum": _maximum,
+    "exclusiveMinimum": _exclusive_minimum,
+    "exclusiveMaximum": _exclusive_maximum,
 }
 
 

@@ -3,9 +3,10 @@ error reported as jsonschema reports it: the same message, instance path and key
 
 The keywords: properties, additionalProperties, required, propertyNames; items; format
 (the string formats the caller gives); allOf, oneOf, not, if/then/else; boolean schemas;
-and the assertions of dradriver.contract.schemaassertions (type, enum, const, sizes,
-uniqueItems, pattern, minimum, maximum). Annotations ($schema, $id, title, description,
-default...) are read past, and the caller may add keywords of its own. A schema with
+and the assertions of dradriver.contract.schemaassertions (type, enum, const, min/max
+Length, Items and Properties, uniqueItems, pattern, minimum, maximum and their exclusive
+forms). Annotations ($schema, $id, title, description, default, contentMediaType...) are
+read past, and the caller may add keywords of its own. A schema with
 anything else is refused when its Validator is built (SchemaError): a keyword that is
 not checked must not look as if it were.
 
@@ -30,7 +31,7 @@ FormatCheck = Callable[[str], object]
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 ANNOTATIONS = frozenset(
     {"$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated",
-     "readOnly", "writeOnly"}
+     "readOnly", "writeOnly", "$anchor", "contentEncoding", "contentMediaType"}
 )  # fmt: skip
 
 

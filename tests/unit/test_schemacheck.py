@@ -293,6 +293,9 @@ SMALL = {
         "g": {"format": "cidr", "maxLength": 0},
         "h": {"oneOf": [{"type": "array"}, {"maxItems": 1}]},
         "i": {"propertyNames": False, "allOf": [True, {"items": True}]},
+        "j": {"minItems": 1, "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+        "k": {"minItems": 2, "minProperties": 2, "description": "x", "contentMediaType": "x"},
+        "l": {"minProperties": 1, "exclusiveMinimum": 1.0},
     },
 }  # fmt: skip
 SMALL_VALUES = st.one_of(
@@ -304,7 +307,7 @@ SMALL_VALUES = st.one_of(
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from("abcdefghz"), SMALL_VALUES, max_size=6))
+@given(st.dictionaries(st.sampled_from("abcdefghijklz"), SMALL_VALUES, max_size=6))
 def test_a_small_schema_with_the_other_keywords_gets_jsonschemas_errors(instance: Any) -> None:
     ours = Validator(SMALL, validation.KEYWORDS, validation.FORMATS)
     assert disagreement(ours, jsonschemaref.validator(SMALL), instance) is None
