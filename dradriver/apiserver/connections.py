@@ -5,8 +5,9 @@ answer is read: claim fetches of a batch run side by side, beside the publisher 
 status writer, so up to POOL_SIZE are kept idle and none is opened and thrown away per
 request. A connection the server closed while idle is replaced before use; a request that
 finds a reused connection closed before any byte of an answer came is sent once more on a
-fresh one (not a POST: the server may have acted on it). A watch reads its answer as it
-comes, can be ended from another thread, and never gives its connection back.
+fresh one if its method is idempotent (not a POST or PATCH: the server may have acted
+on it). A watch reads its answer as it comes, can be ended from another thread, and never
+gives its connection back.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 # status writer: enough connections that none is opened and thrown away per request.
 POOL_SIZE = 12
 _READ_SIZE = 64 * 1024  # bytes a watch reads at most at once
+# Requests the server may get twice with the effect of once (RFC 9110, 9.2.2).
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 # What a request meets on a kept-alive connection the server has closed.
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -139,7 +142,7 @@ class ConnectionPool:
             except _STALE as exc:
                 conn.close()
                 untouched = sock is not None and sock.received == mark
-                if not (conn.reused and untouched) or method == "POST":
+                if not (conn.reused and untouched) or method not in IDEMPOTENT:
                     raise Unreachable(f"Connection aborted: {exc!r}") from None
                 conn = Connection(self._target)  # the server closed it while it was idle
             except TimeoutError:
