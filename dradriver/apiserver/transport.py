@@ -6,6 +6,7 @@ end by the request's deadline."""
 from __future__ import annotations
 
 import http.client
+import logging
 import select
 import socket
 import ssl
@@ -15,9 +16,12 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from dradriver.base.errors import DriverError
+from dradriver.base.log import event
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
+
+log = logging.getLogger(__name__)
 
 # No Nagle delay on small requests; TCP keepalive: a connection whose peer vanished (a
 # half-open watch after a network failure) fails within about a minute instead of at the
@@ -157,6 +161,7 @@ class Connection(http.client.HTTPConnection):
         except OSError as exc:
             raise Unreachable(f"Failed to establish a new connection: {exc}") from None
         if target.tls is None:
+            _connected(target, sock)
             return sock
         try:
             tls = target.tls.wrap_socket(sock, server_hostname=target.server_hostname)
@@ -170,6 +175,7 @@ class Connection(http.client.HTTPConnection):
             sock.close()
             raise Unreachable(f"TLS handshake failed: {exc!r}") from None
         assert isinstance(tls, TlsSocket)
+        _connected(target, tls)
         return tls
 
 
@@ -201,6 +207,18 @@ class TlsSocket(ssl.SSLSocket):
         n = super().recv_into(buffer, nbytes, flags)
         self.received += n
         return n
+
+
+def _connected(target: Target, sock: socket.socket) -> None:
+    """Log, at debug level, a new connection to the API server."""
+    event(
+        log,
+        logging.DEBUG,
+        "connected to the API server",
+        address=f"{target.host}:{target.port}",
+        local=str(sock.getsockname()[:2]),
+        tls=target.tls is not None,
+    )
 
 
 def _left(deadline: float) -> float:

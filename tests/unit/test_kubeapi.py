@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import ssl
 import struct
@@ -171,6 +172,20 @@ def test_requests_reuse_one_keep_alive_connection(servers, ca, tls):
     assert api.request("POST", "/b", {"x": 1}) == {"path": "/b"}
     assert api.request("GET", "/c", timeout=2.0) == {"path": "/c"}
     assert len(set(server.ports())) == 1, server.requests
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_each_new_connection_is_logged_at_debug_level(servers, ca, tls, caplog):
+    server = Server(lambda h: send_json(h, 200, {}), serving_context(ca) if tls else None)
+    servers.append(server)
+    api = api_for(server.url, ca if tls else None)
+    with caplog.at_level(logging.DEBUG, logger="dradriver.apiserver"):
+        api.request("GET", "/a")
+        api.request("GET", "/b")  # over the same connection: not logged again
+    connected = [r for r in caplog.records if r.getMessage() == "connected to the API server"]
+    assert [(r.levelno, r.address, r.tls) for r in connected] == [
+        (logging.DEBUG, f"127.0.0.1:{server.url.rsplit(':', 1)[1]}", tls)
+    ]
 
 
 def test_requests_side_by_side_each_get_a_connection_then_share_them(servers):
