@@ -7,7 +7,8 @@ every pod and host that reaches the node. The probe's port is bound to 127.0.0.1
 namespace). Its one thread never waits on the driver: it answers from the checker's
 last result; a connection may hold at most one read of 1 KiB for 2 s, and at most 256
 are open at once (the oldest goes first: a probe sends its request as soon as it
-connects, and requests are read before more connections are taken).
+connects, requests are read before more connections are taken, and at most 32 are taken
+between two reads).
 
 The checker asks both kubelet sockets every few seconds, as the kubelet would: the
 registration socket's GetInfo, and an empty NodePrepareResources on the service socket.
@@ -45,6 +46,10 @@ CHECK_PERIOD = 5.0  # seconds between two checks of the sockets
 CHECK_TIMEOUT = 5.0  # a socket's answer is waited for this long
 MAX_CONNECTIONS = 256
 BACKLOG = 128
+# Connections taken per round, each round after the requests that came: one taken now is
+# read in each of the next seven rounds before 256 newer ones can make it the oldest, so
+# a probe whose request comes a little after its connection (a busy client) is answered.
+ACCEPTS_PER_ROUND = MAX_CONNECTIONS // 8
 CONNECTION_BUDGET = 2.0  # seconds a connection may stay open
 MAX_REQUEST = 1024  # bytes read of a request
 
@@ -165,7 +170,7 @@ class Liveness:
                     if conn is not self._listener:
                         self._read(sel, open_, conn)  # type: ignore[arg-type]
                 if self._listener in ready:
-                    for _ in range(BACKLOG):
+                    for _ in range(ACCEPTS_PER_ROUND):
                         if not self._accept(sel, open_):
                             break
                 now = time.monotonic()
