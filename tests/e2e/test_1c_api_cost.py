@@ -144,7 +144,8 @@ def test_a_claim_prepared_ahead_is_released_when_its_pod_goes_first(
     wait_for("the claim released", lambda: node.tagged() == {}, 10, log=d.log)
     wait_for("its files gone", lambda: not list(d.state.glob("*.json")), 10, log=d.log)
     assert not list(d.cdi.glob("*.json"))
-    assert "released a claim prepared ahead" in d.log()
+    # logged once the release is done, a moment after its last file went
+    wait_for("the release logged", lambda: "released a claim prepared ahead" in d.log(), 10)
     cluster.wait_claims_released(kns, [claim["metadata"]["name"]])
 
 
