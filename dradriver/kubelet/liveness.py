@@ -27,15 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from dradriver.base.log import event
-from dradriver.kubelet.proto import (
-    dra_v1_pb2,
-    dra_v1_pb2_grpc,
-    registration_pb2,
-    registration_pb2_grpc,
-)
+from dradriver.kubelet import grpcclient
+from dradriver.kubelet.grpcwire import RpcError, Status
+from dradriver.kubelet.proto import dra_v1_pb2, registration_pb2
 from dradriver.kubelet.sockets import SocketPaths
 
 log = logging.getLogger(__name__)
@@ -69,21 +64,27 @@ def check_sockets(
     """Ask both kubelet sockets as the kubelet would; a busy service counts as alive."""
     now = time.monotonic()
     try:
-        with grpc.insecure_channel(f"unix://{paths.registration}") as ch:
-            registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                registration_pb2.InfoRequest(), timeout=timeout
-            )
-    except grpc.RpcError as exc:
-        return Finding(False, f"the registration socket did not answer: {exc.code().name}", now)
+        grpcclient.call(
+            paths.registration,
+            "/pluginregistration.Registration/GetInfo",
+            registration_pb2.InfoRequest(),
+            registration_pb2.PluginInfo,
+            timeout,
+        )
+    except RpcError as exc:
+        return Finding(False, f"the registration socket did not answer: {exc.code.name}", now)
     try:
-        with grpc.insecure_channel(f"unix://{paths.service}") as ch:
-            dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(
-                dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout
-            )
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and busy():
+        grpcclient.call(
+            paths.service,
+            "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+            dra_v1_pb2.NodePrepareResourcesRequest(),
+            dra_v1_pb2.NodePrepareResourcesResponse,
+            timeout,
+        )
+    except RpcError as exc:
+        if exc.code == Status.DEADLINE_EXCEEDED and busy():
             return Finding(True, "busy: the service's calls are in flight", now)
-        return Finding(False, f"the service socket did not answer: {exc.code().name}", now)
+        return Finding(False, f"the service socket did not answer: {exc.code.name}", now)
     return Finding(True, "ok", now)
 
 

@@ -10,13 +10,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dradriver.base import timing
 from dradriver.base.log import event
@@ -24,16 +20,15 @@ from dradriver.claims.budget import DEFAULT_CALL_BUDGET, call_budget
 from dradriver.claims.outcome import Outcome
 from dradriver.claims.prepare import Preparer
 from dradriver.contract.hookspecs import ClaimRef, Device
+from dradriver.kubelet.grpchealth import Health
+from dradriver.kubelet.grpcserver import Call, Method, Server
+from dradriver.kubelet.grpcwire import Status
 from dradriver.kubelet.liveness import Liveness
 from dradriver.kubelet.proto import (
     dra_v1_pb2,
-    dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
-    dra_v1beta1_pb2_grpc,
     health_v1alpha1_pb2,
-    health_v1alpha1_pb2_grpc,
     registration_pb2,
-    registration_pb2_grpc,
 )
 from dradriver.kubelet.sockets import SocketPaths, remove_stale_socket
 
@@ -44,6 +39,8 @@ DRA_SERVICES = (
     "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
 )
+REGISTRATION_SERVICE = "pluginregistration.Registration"
+DEVICE_HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
 HEALTH_POLL_SECONDS = 5.0
 DRA_WORKERS = 8
 # The kubelet keeps one health stream per plugin instance (and opens a new one 5 s after
@@ -63,7 +60,7 @@ class _DRAService:
         self._cap = budget_cap
         self._share = with_share_id
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def NodePrepareResources(self, request: Any, context: Call) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
         resp = self._pb2.NodePrepareResourcesResponse()
         if not refs:  # liveness checks call with no claims: answer without the lock
@@ -76,7 +73,7 @@ class _DRAService:
         self._observe("NodePrepareResources", clock)
         return resp
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def NodeUnprepareResources(self, request: Any, context: Call) -> Any:
         refs = [ClaimRef(c.namespace, c.name, c.uid) for c in request.claims]
         resp = self._pb2.NodeUnprepareResourcesResponse()
         with timing.timed_call() as clock:
@@ -106,13 +103,28 @@ class _DRAService:
         return msg
 
 
-class _RegistrationService(registration_pb2_grpc.RegistrationServicer):
+def _dra_methods(
+    service: str, pb2: ModuleType, preparer: Preparer, budget_cap: float, with_share_id: bool
+) -> dict[str, Method]:
+    """NodePrepareResources and NodeUnprepareResources of one DRA API version, by path."""
+    dra = _DRAService(pb2, preparer, budget_cap, with_share_id)
+    return {
+        f"/{service}/NodePrepareResources": Method(
+            pb2.NodePrepareResourcesRequest, dra.NodePrepareResources
+        ),
+        f"/{service}/NodeUnprepareResources": Method(
+            pb2.NodeUnprepareResourcesRequest, dra.NodeUnprepareResources
+        ),
+    }
+
+
+class _RegistrationService:
     def __init__(self, driver: str, endpoint: Path, on_registered: Callable[[], None]) -> None:
         self._driver = driver
         self._endpoint = endpoint
         self._on_registered = on_registered
 
-    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetInfo(self, request: Any, context: Call) -> Any:
         return registration_pb2.PluginInfo(
             type="DRAPlugin",
             name=self._driver,
@@ -120,7 +132,7 @@ class _RegistrationService(registration_pb2_grpc.RegistrationServicer):
             supported_versions=list(SUPPORTED_VERSIONS),
         )
 
-    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def NotifyRegistrationStatus(self, request: Any, context: Call) -> Any:
         if request.plugin_registered:
             event(log, logging.INFO, "registered with the kubelet")
             self._on_registered()
@@ -129,7 +141,7 @@ class _RegistrationService(registration_pb2_grpc.RegistrationServicer):
         return registration_pb2.RegistrationStatusResponse()
 
 
-class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+class _ResourceHealthService:
     """Streams the health of every device of the pool (full list on each change).
 
     Each open stream holds a worker of the DRA server, so at most MAX_HEALTH_STREAMS are
@@ -168,11 +180,11 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
             for d in self._devices()
         )
 
-    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def NodeWatchResources(self, request: Any, context: Call) -> Iterator[Any]:
         if not self._slots.acquire(blocking=False):
             event(log, logging.WARNING, "health stream refused: too many open", limit=self._max)
             context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                Status.RESOURCE_EXHAUSTED,
                 f"{self._max} health streams are open already, the most this driver "
                 "serves at once; retry later",
             )
@@ -181,7 +193,7 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
         finally:
             self._slots.release()
 
-    def _watch(self, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _watch(self, context: Call) -> Iterator[Any]:
         gone = threading.Event()
         context.add_callback(gone.set)  # cancelled, deadline, client gone, server stopped
         with self._lock:
@@ -194,7 +206,7 @@ class _ResourceHealthService(health_v1alpha1_pb2_grpc.DRAResourceHealthServicer)
             with self._lock:
                 self._open.discard(gone)
 
-    def _stream(self, context: grpc.ServicerContext, gone: threading.Event) -> Iterator[Any]:
+    def _stream(self, context: Call, gone: threading.Event) -> Iterator[Any]:
         pb = health_v1alpha1_pb2
         last: list[tuple[str, Any, str]] | None = None
         while context.is_active() and not gone.is_set():
@@ -233,27 +245,31 @@ class KubeletServer:
         from its gRPC deadline, at most `budget_cap` seconds (--call-budget)."""
         self.paths = paths
         self._driver = driver
-        self.health = health.HealthServicer()
-        self._service = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=DRA_WORKERS, thread_name_prefix="dra")
-        )
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1_pb2, preparer, budget_cap, with_share_id=True), self._service
-        )
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
-            _DRAService(dra_v1beta1_pb2, preparer, budget_cap, with_share_id=False),
-            self._service,
-        )
+        self.health = Health()
         self._device_health = _ResourceHealthService(pool, devices)
-        health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-            self._device_health, self._service
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._service)
-        self._registration = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="registration")
-        )
-        registration_pb2_grpc.add_RegistrationServicer_to_server(
-            _RegistrationService(driver, paths.service, on_registered), self._registration
+        service = {
+            **_dra_methods(DRA_SERVICES[0], dra_v1_pb2, preparer, budget_cap, True),
+            **_dra_methods(DRA_SERVICES[1], dra_v1beta1_pb2, preparer, budget_cap, False),
+            f"/{DEVICE_HEALTH_SERVICE}/NodeWatchResources": Method(
+                health_v1alpha1_pb2.NodeWatchResourcesRequest,
+                self._device_health.NodeWatchResources,
+                streaming=True,
+            ),
+            **self.health.methods(),
+        }
+        self._service = Server(service, DRA_WORKERS, "dra")
+        registration = _RegistrationService(driver, paths.service, on_registered)
+        self._registration = Server(
+            {
+                f"/{REGISTRATION_SERVICE}/GetInfo": Method(
+                    registration_pb2.InfoRequest, registration.GetInfo
+                ),
+                f"/{REGISTRATION_SERVICE}/NotifyRegistrationStatus": Method(
+                    registration_pb2.RegistrationStatus, registration.NotifyRegistrationStatus
+                ),
+            },
+            2,
+            "registration",
         )
         self._gate = preparer.gate
         self._liveness: Liveness | None = None
@@ -264,15 +280,13 @@ class KubeletServer:
             path.parent.mkdir(parents=True, exist_ok=True)
             if remove_stale_socket(path):
                 event(log, logging.INFO, "removed stale socket", path=str(path))
-        self._service.add_insecure_port(f"unix://{self.paths.service}")
-        self._service.start()
+        self._service.start(self.paths.service)
         for name in ("", *DRA_SERVICES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            self.health.set(name, serving=True)
         if healthcheck_port >= 0:
             self._liveness = Liveness(self.paths, healthcheck_port, self._gate.busy)
             self._liveness.start()
-        self._registration.add_insecure_port(f"unix://{self.paths.registration}")
-        self._registration.start()
+        self._registration.start(self.paths.registration)
         event(
             log,
             logging.INFO,
@@ -292,7 +306,7 @@ class KubeletServer:
         """Deregister, then stop serving (calls still running after `grace` are cancelled:
         drain the preparer's gate first so that none is)."""
         self.deregister()
-        self._service.stop(grace).wait(grace)
+        self._service.stop(grace)
         if self._liveness is not None:
             self._liveness.stop()
         self.paths.service.unlink(missing_ok=True)

@@ -5,9 +5,10 @@ import socket
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dradriver.kubelet.proto import dra_v1_pb2, health_v1alpha1_pb2, health_v1alpha1_pb2_grpc
+from dradriver.kubelet.proto import health_v1_pb2 as health_pb2
+from dradriver.kubelet.proto import health_v1_pb2_grpc as health_pb2_grpc
 from dradriver.kubelet.readiness import container_mark
 from tests.support.waiting import wait_for
 
