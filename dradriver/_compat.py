@@ -12,11 +12,11 @@ functions are in `dradriver.claims.resolution`; no plugin imported it.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
+from typing import Any
 
 # Old module name (under dradriver.) -> where it lives now (under dradriver.).
 MOVED: dict[str, str] = {
@@ -66,8 +66,9 @@ def new_name(old: str) -> str | None:
     return ".".join(["dradriver", MOVED[parts[1]], *parts[2:]])
 
 
-class _Alias(importlib.abc.Loader):
-    """Hands out the module already imported under its new name."""
+class _Alias:
+    """Hands out the module already imported under its new name (a loader; not derived
+    from importlib.abc, whose import costs the driver's start ~15 ms)."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -85,8 +86,8 @@ class _Alias(importlib.abc.Loader):
         module.__spec__ = self.spec
 
 
-class OldPaths(importlib.abc.MetaPathFinder):
-    """Finds 0.1 module paths and warns that they moved."""
+class OldPaths:
+    """Finds 0.1 module paths and warns that they moved (a meta path finder)."""
 
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
@@ -101,7 +102,8 @@ class OldPaths(importlib.abc.MetaPathFinder):
             stacklevel=2,
         )
         is_package = fullname == "dradriver.rtnl"
-        return importlib.machinery.ModuleSpec(fullname, _Alias(target_name), is_package=is_package)
+        loader: Any = _Alias(target_name)
+        return importlib.machinery.ModuleSpec(fullname, loader, is_package=is_package)
 
 
 def install() -> None:

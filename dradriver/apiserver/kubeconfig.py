@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -328,6 +327,8 @@ def _secret_file(name: str, content: str) -> str:
     global _secrets  # noqa: PLW0603 - one private directory per process
     with _secrets_lock:
         if _secrets is None:
+            import tempfile  # noqa: PLC0415 - only inline key material needs it (5 ms)
+
             _secrets = Path(tempfile.mkdtemp(prefix="dra-driver-"))
             atexit.register(shutil.rmtree, _secrets, True)
     path = _secrets / name

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 import pluggy
 
 from dradriver.base.errors import ConfigError, RegistryError
 from dradriver.base.log import event
-from dradriver.contract import hookspecs
+from dradriver.contract import entrypoints, hookspecs
 from dradriver.contract.hookspecs import Default, Device, Handler, HandlerContext
 
 log = logging.getLogger(__name__)
@@ -69,15 +68,16 @@ class HandlerRegistry:
     def _load_entry_points(self) -> None:
         """Register each plugin of the entry point group, as pluggy's
         load_setuptools_entrypoints does, naming the one that cannot be loaded."""
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        for ep in entrypoints.entry_points(ENTRY_POINT_GROUP):
             if self._pm.get_plugin(ep.name) is not None or self._pm.is_blocked(ep.name):
                 continue  # registered by name already (a test's plugins)
             try:
                 plugin = ep.load()
             except Exception as exc:
-                dist = f" of {ep.dist.name} {ep.dist.version}" if ep.dist else ""
+                dist_name, dist_version = ep.dist
                 raise RegistryError(
-                    f"handler plugin {ep.name!r} ({ep.value}{dist}) cannot be loaded: "
+                    f"handler plugin {ep.name!r} ({ep.value} of {dist_name} "
+                    f"{dist_version}) cannot be loaded: "
                     f"{type(exc).__name__}: {exc}; fix or uninstall that package"
                 ) from None
             self._pm.register(plugin, name=ep.name)
