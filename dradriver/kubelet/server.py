@@ -283,10 +283,10 @@ class KubeletServer:
         self._service.start(self.paths.service)
         for name in ("", *DRA_SERVICES):
             self.health.set(name, serving=True)
-        if healthcheck_port >= 0:
+        self._registration.start(self.paths.registration)
+        if healthcheck_port >= 0:  # its first check asks both sockets: they serve now
             self._liveness = Liveness(self.paths, healthcheck_port, self._gate.busy)
             self._liveness.start()
-        self._registration.start(self.paths.registration)
         event(
             log,
             logging.INFO,
