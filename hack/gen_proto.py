@@ -1,6 +1,8 @@
 """Generate the Python protobuf modules next to our .proto files (`make proto`).
 
-dradriver/kubelet/proto: messages and gRPC stubs (the kubelet speaks gRPC).
+dradriver/kubelet/proto: messages, and the gRPC stubs the tests and bench call the driver
+with (grpcio, a test dependency: the driver serves gRPC itself, dradriver/kubelet/
+grpcserver.py, and never imports the stubs).
 dradriver/nri/proto: messages only (NRI speaks ttrpc, framed by dradriver/nri itself).
 """
 

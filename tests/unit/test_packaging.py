@@ -72,19 +72,32 @@ def test_pyroute2_is_a_test_dependency_only():
     )
 
 
-def test_the_running_driver_loads_no_pyroute2():
-    """Everything the daemon imports, its handlers, and a real netlink request."""
+# Libraries the driver once loaded and replaced: each is a test dependency at most.
+DROPPED = ("pyroute2", "prometheus_client", "grpc", "grpc_health", "urllib3", "jsonschema")
+
+
+def test_the_running_driver_loads_none_of_the_libraries_it_dropped():
+    """Everything the daemon imports, its handler families loaded through their entry
+    points (not importlib.metadata), its metrics rendered, and a real netlink request."""
     code = (
         "import sys\n"
         "import dradriver.cli, dradriver.daemon\n"
-        "import dradriver.handlers.netdev, dradriver.handlers.rdma, dradriver.handlers.combo\n"
-        "from dradriver import netlink\n"
+        "from dradriver.contract.registry import HandlerRegistry\n"
+        "assert len(HandlerRegistry().kinds()) > 1\n"
+        "dradriver.daemon.serve_metrics(None).registry.render()\n"
+        "from dradriver.kernel import netlink\n"
         "assert any(link.name == 'lo' for link in netlink.links())\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))\n"
+        "print('importlib.metadata' in sys.modules)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code, *DROPPED], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+    assert res.stdout.split("\n")[:2] == ["[]", "False"]
+    runtime = {dep.split(">")[0].split("=")[0] for dep in PYPROJECT["project"]["dependencies"]}
+    assert not runtime & {name.replace("_", "-") for name in DROPPED} - {"grpc"}
+    assert "grpcio" not in runtime
 
 
 def test_the_running_driver_loads_yaml_only_for_a_yaml_kubeconfig(tmp_path):
