@@ -24,12 +24,10 @@ from itertools import count
 from typing import Any
 
 from dradriver.contract import iprules, patterns
+from dradriver.contract.schemacheck import ANNOTATIONS
 
 CIDR_HINT = "must be an address with a prefix length, e.g. 10.0.0.2/24"
-IGNORED = {
-    "description", "default", "title", "examples", "$comment", "deprecated", "readOnly",
-    "writeOnly",
-}  # fmt: skip
+IGNORED = ANNOTATIONS  # keywords that check nothing, as the driver's own validator skips them
 TYPE_TESTS = {
     "string": "type({v}) == string",
     "integer": "type({v}) == int",

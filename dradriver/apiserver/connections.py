@@ -86,13 +86,7 @@ class ConnectionPool:
         deadline = None if timeouts.total is None else time.monotonic() + timeouts.total
         conn, _, resp = self._begin(method, path, body, headers, timeouts, deadline)
         try:
-            data = resp.read()
-        except TimeoutError:
-            conn.close()
-            raise Unreachable(timeouts.timed_out()) from None
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise Unreachable(f"Connection broken: {exc!r}") from None
+            data = _read_all(resp, timeouts)
         except BaseException:
             conn.close()
             raise
@@ -224,12 +218,7 @@ class Stream:
 
     def body(self) -> bytes:
         """The rest of the answer, read whole (an error's Status)."""
-        try:
-            return self._resp.read()
-        except TimeoutError:
-            raise Unreachable(self._timeouts.timed_out()) from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise Unreachable(f"Connection broken: {exc!r}") from None
+        return _read_all(self._resp, self._timeouts)
 
     def shutdown(self) -> None:
         """End the answer from any thread: a read blocked on it returns at once."""
@@ -243,3 +232,13 @@ class Stream:
         for close in (self._resp.close, self._conn.close, self._sock.close):
             with contextlib.suppress(OSError):
                 close()
+
+
+def _read_all(resp: http.client.HTTPResponse, timeouts: Timeouts) -> bytes:
+    """The rest of `resp`, read whole; Unreachable if the answer breaks off or is late."""
+    try:
+        return resp.read()
+    except TimeoutError:
+        raise Unreachable(timeouts.timed_out()) from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unreachable(f"Connection broken: {exc!r}") from None

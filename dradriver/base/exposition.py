@@ -77,12 +77,24 @@ class _Value:
             return self._number
 
 
-class CounterChild:
-    """One counter: a number that only goes up."""
+class _OneNumber:
+    """A metric child that is one number, exposed as one sample."""
+
+    suffix = ""  # of its sample's name
 
     def __init__(self) -> None:
         """Start at 0."""
         self._value = _Value()
+
+    def samples(self) -> list[Sample]:
+        """Its one sample."""
+        return [(self.suffix, (), self._value.get())]
+
+
+class CounterChild(_OneNumber):
+    """One counter: a number that only goes up."""
+
+    suffix = "_total"
 
     def inc(self, amount: float = 1.0) -> None:
         """Add `amount`, which may not be negative."""
@@ -90,17 +102,9 @@ class CounterChild:
             raise ValueError(f"a counter only goes up: cannot add {amount}")
         self._value.inc(amount)
 
-    def samples(self) -> list[Sample]:
-        """Its one sample."""
-        return [("_total", (), self._value.get())]
 
-
-class GaugeChild:
+class GaugeChild(_OneNumber):
     """One gauge: a number that goes up and down."""
-
-    def __init__(self) -> None:
-        """Start at 0."""
-        self._value = _Value()
 
     def inc(self, amount: float = 1.0) -> None:
         """Add `amount`."""
@@ -109,10 +113,6 @@ class GaugeChild:
     def set(self, number: float) -> None:
         """Make it `number`."""
         self._value.set(number)
-
-    def samples(self) -> list[Sample]:
-        """Its one sample."""
-        return [("", (), self._value.get())]
 
 
 class HistogramChild:
