@@ -4,6 +4,7 @@ admission-policy."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -22,11 +23,12 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+    """The CLI: parse `argv` (the command line when None) and run its subcommand."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command != "run":  # behave like a filter when piped into head & co.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        gc.enable()  # off since __main__ for start-up; `run` turns it on once it serves
     try:
         return int(args.func(args))
     except DriverError as exc:
