@@ -6,6 +6,10 @@ deadline. A call's budget is two thirds of what that deadline leaves, at most
 had begun when the budget ran out. Everything a call waits for (the API, the lock) is
 bounded by its budget.
 
+A prepare holds the lock alone. Unprepares share it: each works on claims of its own
+(state is per claim on disk), so the kubelet's unprepares of a block of pods deleted at
+once overlap their file and kernel waits instead of queueing behind each other.
+
 On SIGTERM the daemon drains the gate: calls stop waiting for the API and for the lock,
 refuse the claims they have not begun and finish the one they are working on; only when
 no call is left does the daemon let go of the lock, so a new instance never works beside
@@ -63,6 +67,14 @@ class Deadline:
         return f"this call's budget of {round(self.budget, 1):g} s"
 
 
+def _not_free(deadline: Deadline) -> str:
+    return (
+        f"the serialisation lock was not free within {deadline.describe()} "
+        "(another call, or another instance of the driver, holds it); "
+        "the kubelet retries"
+    )
+
+
 class CallLock(Protocol):
     """The serialisation lock: a thread lock plus flock across instances (kubelet/sockets)."""
 
@@ -82,6 +94,13 @@ class CallGate:
         self.abandon: Future[None] = Future()  # completes when draining starts
         self._calls = 0
         self._idle = threading.Condition()
+        # Calls holding the lock together (acquire_shared); one of them takes it for the
+        # group, the last one out lets go; while a call waits to hold it alone, no shared
+        # call joins or takes it, so a stream of shared calls never keeps it out.
+        self._group = threading.Condition()
+        self._sharing = 0
+        self._taking = False
+        self._alone = 0
 
     @property
     def draining(self) -> bool:
@@ -106,7 +125,55 @@ class CallGate:
                 self._idle.notify_all()
 
     def acquire(self, deadline: Deadline) -> str | None:
-        """Take the lock within the budget: None when taken, else why not (the error)."""
+        """Take the lock alone within the budget: None when taken, else why not (the
+        error)."""
+        with self._group:
+            self._alone += 1
+        try:
+            return self._take(deadline)
+        finally:
+            with self._group:
+                self._alone -= 1
+                self._group.notify_all()
+
+    def release(self) -> None:
+        """Let go of the lock taken alone."""
+        self.lock.release()
+
+    def acquire_shared(self, deadline: Deadline) -> str | None:
+        """Take the lock within the budget together with the other calls that share it
+        (unprepares: each works on claims of its own), joining them when they hold it;
+        never while a call waits to hold it alone: None when taken, else why not."""
+        with self._group:
+            while True:
+                if self.draining:
+                    return SHUTTING_DOWN
+                if self._sharing and not self._alone:
+                    self._sharing += 1
+                    return None
+                if not (self._sharing or self._taking or self._alone):
+                    self._taking = True  # this call takes the lock for a new group
+                    break
+                if deadline.expired():
+                    return _not_free(deadline)
+                self._group.wait(min(_LOCK_POLL, deadline.remaining()))
+        refusal = self._take(deadline)
+        with self._group:
+            self._taking = False
+            if refusal is None:
+                self._sharing = 1
+            self._group.notify_all()
+        return refusal
+
+    def release_shared(self) -> None:
+        """Leave the group; the last one out lets go of the lock."""
+        with self._group:
+            self._sharing -= 1
+            if not self._sharing:
+                self.lock.release()
+            self._group.notify_all()
+
+    def _take(self, deadline: Deadline) -> str | None:
         while not self.draining:
             if self.lock.acquire(timeout=min(_LOCK_POLL, deadline.remaining())):
                 if not self.draining:
@@ -114,16 +181,8 @@ class CallGate:
                 self.lock.release()
                 break
             if deadline.expired():
-                return (
-                    f"the serialisation lock was not free within {deadline.describe()} "
-                    "(another call, or another instance of the driver, holds it); "
-                    "the kubelet retries"
-                )
+                return _not_free(deadline)
         return SHUTTING_DOWN
-
-    def release(self) -> None:
-        """Let go of the lock."""
-        self.lock.release()
 
     def stop_reason(self, deadline: Deadline) -> str | None:
         """Why the next claim of a call must not be begun, if it must not."""

@@ -5,6 +5,7 @@ A corrupt record still has its tagged interfaces and CDI specs removed."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -49,6 +50,8 @@ class Unpreparer:
         self.addresses = addresses
         self.metrics = metrics
         self._pool: ThreadPoolExecutor | None = None
+        self._claims = threading.Condition()  # guards _busy: the claims being unprepared
+        self._busy: set[str] = set()
 
     def unprepare(
         self,
@@ -61,37 +64,47 @@ class Unpreparer:
         the claims to unprepare; the others are answered untouched (ahead.py).
 
         Claims are independent, and the kernel lets link deletions overlap (most of the
-        ~15 ms of a deletion is a wait for RCU), so several claims run at once.
+        ~15 ms of a deletion is a wait for RCU), so several claims run at once: those of
+        a call on the workers, and the calls themselves, which share the lock (budget.py)
+        and wait only for a claim another call is unpreparing. A call with `only` holds
+        the lock alone: what it asks must not change while it decides.
         """
         deadline = Deadline.after(DEFAULT_CALL_BUDGET if budget is None else budget)
+        shared = only is None
         with self.gate.call():
             with phase("lock"):
-                refusal = self.gate.acquire(deadline)
+                if shared:
+                    refusal = self.gate.acquire_shared(deadline)
+                else:
+                    refusal = self.gate.acquire(deadline)
             if refusal is not None:
                 return {ref.uid: refused("unprepare", ref, refusal, self.metrics) for ref in refs}
             try:
                 if only is not None:
                     kept = [ref for ref in refs if not only(ref)]
                     refs = [ref for ref in refs if only(ref)]
-                    return {ref.uid: Outcome([]) for ref in kept} | self._all(refs)
-                return self._all(refs)
+                    return {ref.uid: Outcome([]) for ref in kept} | self._all(refs, deadline)
+                return self._all(refs, deadline)
             finally:
-                self.gate.release()
+                if shared:
+                    self.gate.release_shared()
+                else:
+                    self.gate.release()
 
-    def _all(self, refs: Sequence[ClaimRef]) -> dict[str, Outcome]:
+    def _all(self, refs: Sequence[ClaimRef], deadline: Deadline) -> dict[str, Outcome]:
         if len(refs) < 2:
-            return {r.uid: self._guarded(r) for r in refs}
+            return {r.uid: self._guarded(r, deadline) for r in refs}
         if self._pool is None:  # persistent: each worker keeps its own netlink socket
             self._pool = ThreadPoolExecutor(UNPREPARE_WORKERS, thread_name_prefix="unprepare")
         with phase("workers"):  # the workers' own phases are not told apart
-            done = list(self._pool.map(self._on_worker, refs))
+            done = list(self._pool.map(partial(self._on_worker, deadline=deadline), refs))
         return {ref.uid: outcome for ref, outcome in zip(refs, done, strict=True)}
 
-    def _on_worker(self, ref: ClaimRef) -> Outcome:
+    def _on_worker(self, ref: ClaimRef, deadline: Deadline) -> Outcome:
         """One claim on a pool worker, which then closes its netlink socket (reopening
         one costs ~30 us; eight idle ones would hold their receive buffers)."""
         try:
-            return self._guarded(ref)
+            return self._guarded(ref, deadline)
         finally:
             netlink.close()
 
@@ -100,8 +113,29 @@ class Unpreparer:
         life = self.lifecycle
         cdi.remove_claim_specs(life.cdi_dir, life.context.driver_name, uid)
 
-    def _guarded(self, ref: ClaimRef) -> Outcome:
-        return guarded("unprepare", ref, partial(self._one, ref), self.metrics)
+    def _guarded(self, ref: ClaimRef, deadline: Deadline) -> Outcome:
+        """One claim's unprepare, once no other call is unpreparing the same claim."""
+        if not self._begin(ref.uid, deadline):
+            reason = (
+                f"another call was still unpreparing the claim when {deadline.describe()} "
+                "ran out; the kubelet retries"
+            )
+            return refused("unprepare", ref, reason, self.metrics)
+        try:
+            return guarded("unprepare", ref, partial(self._one, ref), self.metrics)
+        finally:
+            with self._claims:
+                self._busy.discard(ref.uid)
+                self._claims.notify_all()
+
+    def _begin(self, uid: str, deadline: Deadline) -> bool:
+        """Mark the claim as this call's, waiting within the budget while another call
+        has it; whether it was marked."""
+        with self._claims:
+            if not self._claims.wait_for(lambda: uid not in self._busy, deadline.remaining()):
+                return False
+            self._busy.add(uid)
+            return True
 
     def _one(self, ref: ClaimRef) -> list[DeviceAnswer]:
         check_uid(ref)

@@ -77,6 +77,49 @@ def test_the_file_lock_keeps_other_instances_out_and_is_closed_only_when_free(tm
     other.close()
 
 
+def test_unprepares_share_the_lock_and_a_call_waiting_alone_stops_new_ones_joining(tmp_path):
+    lock = SerializeLock(tmp_path / "serialize.lock")
+    other = SerializeLock(tmp_path / "serialize.lock")  # another instance
+    gate = CallGate(lock)
+    assert gate.acquire_shared(Deadline.after(1)) is None
+    assert gate.acquire_shared(Deadline.after(1)) is None  # joined: not waited for
+    assert not other.acquire(timeout=0.1)  # the group holds the file lock too
+    alone: Future[str | None] = Future()
+    threading.Thread(target=lambda: alone.set_result(gate.acquire(Deadline.after(30)))).start()
+    wait_for("the call waiting alone", lambda: gate._alone == 1, 10)
+    late: Future[str | None] = Future()
+    joining = threading.Thread(
+        target=lambda: late.set_result(gate.acquire_shared(Deadline.after(30)))
+    )
+    joining.start()
+    gate.release_shared()
+    assert not alone.done()  # one call of the group still holds it
+    gate.release_shared()  # the last one out: the call waiting alone gets it, not `late`
+    assert alone.result(10) is None
+    assert not late.done()
+    gate.release()
+    assert late.result(10) is None  # a group of its own
+    assert not other.acquire(timeout=0.1)
+    gate.release_shared()
+    assert other.acquire(timeout=1)  # the group let go of the file lock as well
+    other.release()
+
+
+def test_a_shared_call_is_refused_within_its_budget_and_when_draining():
+    gate = CallGate()
+    assert gate.acquire(Deadline.after(1)) is None  # a prepare holds it
+    start = time.monotonic()
+    refusal = gate.acquire_shared(Deadline.after(0.3))
+    assert refusal is not None and "budget of 0.3 s" in refusal
+    assert time.monotonic() - start < 10
+    gate.release()
+    assert gate.acquire_shared(Deadline.after(1)) is None
+    gate.drain(0)
+    assert gate.acquire_shared(Deadline.after(1)) == SHUTTING_DOWN  # no one joins now
+    gate.release_shared()
+    assert gate.acquire(Deadline.after(1)) == SHUTTING_DOWN
+
+
 class _Api:
     server = "https://api.example:6443"
 
