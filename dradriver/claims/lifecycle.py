@@ -286,11 +286,19 @@ class ClaimLifecycle:
         if failures:
             raise DeviceError("; ".join(failures) + " (will retry)")
         # The record's removal is the durable step; a spec whose removal a crash loses
-        # has no record left, and start-up reconciliation deletes it.
+        # has no record left, and start-up reconciliation deletes it. A prepared record
+        # names its specs and requests: those files go without a look at the directories.
+        uid, prepared = record.claim.uid, record.phase == PREPARED
         with phase("specs"):
-            cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, record.claim.uid, False)
+            if prepared and record.cdi_specs:
+                cdi.remove_named_specs(
+                    self.cdi_dir, self.context.driver_name, uid, record.cdi_specs
+                )
+            else:
+                cdi.remove_claim_specs(self.cdi_dir, self.context.driver_name, uid, False)
             if self.metadata_root is not None:
-                metadata.remove_claim(self.metadata_root, record.claim)
+                requests = [d.request for d in record.devices] if prepared else None
+                metadata.remove_claim(self.metadata_root, record.claim, requests)
         with phase("commit"):
             self.records.delete(record.claim.uid)
         with phase("index"):

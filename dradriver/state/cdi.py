@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dradriver.contract import naming
@@ -82,6 +82,16 @@ def remove_claim_specs(
             os.unlink(path)
             removed.append(path)
     return removed
+
+
+def remove_named_specs(cdi_dir: StrPath, driver: str, claim_uid: str, names: Iterable[str]) -> None:
+    """Delete the claim's spec files `names` (a prepared record's list), without the
+    directory fsync (see remove_claim_specs); a name that is not one of the claim's
+    spec files is not touched."""
+    for name in names:
+        if os.path.basename(name) == name and claim_uid_of(name, driver) == claim_uid:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spec_file(cdi_dir, name))
 
 
 def claim_uid_of(path: StrPath, driver: str) -> str | None:

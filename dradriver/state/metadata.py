@@ -121,10 +121,26 @@ def write(path: Path, doc: Mapping[str, Any]) -> None:
     write_atomic(path, encode(doc), durable=False)
 
 
-def remove_claim(root: Path, claim: ClaimRef) -> None:
-    """Remove every file of a claim (nothing if there is none)."""
+def remove_claim(root: Path, claim: ClaimRef, requests: Iterable[str] | None = None) -> None:
+    """Remove every file of a claim (nothing if there is none). Given the `requests`
+    its files were written for, those files and their directories go one system call
+    each; anything else there (or an error) is left to a walk of the whole directory."""
     with contextlib.suppress(DriverError):
-        shutil.rmtree(claim_dir(root, claim), ignore_errors=True)
+        folder = claim_dir(root, claim)
+        names = None if requests is None else {base_request(r) for r in requests}
+        if names is not None and all(naming.is_dns_label(n) for n in names):
+            try:
+                for request in names:
+                    with contextlib.suppress(FileNotFoundError):
+                        (folder / request / FILE).unlink()
+                    with contextlib.suppress(FileNotFoundError):
+                        (folder / request).rmdir()
+                with contextlib.suppress(FileNotFoundError):
+                    folder.rmdir()
+                return
+            except OSError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def orphans(root: Path, claims: Iterable[ClaimRef]) -> list[Path]:

@@ -85,3 +85,13 @@ def test_write_is_atomic_and_named_per_claim(tmp_path):
     assert cdi.claim_uid_of(tmp_path / "other-vendor_x.json", "dra.example.com") is None
     assert cdi.remove_claim_specs(tmp_path, "dra.example.com", UID) == [str(path)]
     assert not path.exists()
+
+
+def test_named_specs_of_a_claim_are_removed_and_nothing_else(tmp_path):
+    uid, other = "5a0c6f5e-0000-4000-8000-000000000001", "5a0c6f5e-0000-4000-8000-000000000002"
+    names = [f"dra.example.com-netdev_{uid}.json", f"dra.example.com-netdev_{other}.json",
+             "someone-else.json"]  # fmt: skip
+    for name in names:
+        (tmp_path / name).write_text("{}")
+    cdi.remove_named_specs(tmp_path, "dra.example.com", uid, [*names, "../x.json", names[0]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])

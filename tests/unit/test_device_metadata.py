@@ -155,3 +155,22 @@ def test_a_metadata_file_that_cannot_be_written_again_never_costs_the_claim(node
     record = preparer.records.load(UID)
     assert record is not None and record.phase == "prepared"
     assert prepare_one(preparer).error is None  # and its prepare still answers
+
+
+def test_a_claims_files_go_by_their_requests_and_anything_else_by_a_walk(tmp_path):
+    claim = ClaimRef("default", "c", UID)
+    for request in ("nic", "rdma"):
+        metadata.write(metadata.host_path(tmp_path, claim, request), {"kind": "DeviceMetadata"})
+    metadata.remove_claim(tmp_path, claim, ["nic", "rdma/sub", "nic"])
+    assert not metadata.claim_dir(tmp_path, claim).exists()
+    # A file the requests do not name stops the direct removal: the walk takes it all.
+    metadata.write(metadata.host_path(tmp_path, claim, "nic"), {"kind": "DeviceMetadata"})
+    (metadata.claim_dir(tmp_path, claim) / "nic" / "stray").write_text("x")
+    metadata.remove_claim(tmp_path, claim, ["nic"])
+    assert not metadata.claim_dir(tmp_path, claim).exists()
+    # A request name that is no DNS label never makes a path: the walk again.
+    metadata.write(metadata.host_path(tmp_path, claim, "nic"), {"kind": "DeviceMetadata"})
+    metadata.remove_claim(tmp_path, claim, [".."])
+    assert not metadata.claim_dir(tmp_path, claim).exists()
+    assert (tmp_path / metadata.SUBDIR).is_dir()  # its parent stays
+    metadata.remove_claim(tmp_path, claim, ["nic"])  # nothing there: no error
