@@ -196,26 +196,10 @@ class HostDriver:
         return self
 
     def registrations(self) -> int:
-        """How often the kubelet has registered this instance, by its own log: a
-        `RegisterPlugin started` for the instance's registration socket followed by its
-        connection to the service socket. (A connection alone is not one: after a
-        restart on the same socket paths, the kubelet's gRPC channel reconnects first,
-        and its plugin watcher then unregisters the instance and registers it again a
-        second later; a pod prepared in between fails and waits for the kubelet's
-        resync, 60-90 s.)"""
-        started = f'RegisterPlugin started" plugin={{"SocketPath":"{self.process.reg_socket}"'
-        connected = f'endpoint="{self.process.service_socket}" connected=true'
-        try:
-            log = (self.node.lay.logs / "kubelet.log").read_text(errors="replace")
-        except FileNotFoundError:
-            return 0
-        count, pending = 0, False
-        for line in log.splitlines():
-            if started in line:
-                pending = True
-            elif pending and connected in line:
-                count, pending = count + 1, False
-        return count
+        """How often the kubelet has registered this instance (`kubelet_registrations`)."""
+        return kubelet_registrations(
+            self.node, self.process.reg_socket, str(self.process.service_socket)
+        )
 
     def wait_registered(self, times: int = 1, timeout: float = 30) -> None:
         """Until the kubelet has registered this instance (the `times`-th time)."""
@@ -267,6 +251,28 @@ class HostDriver:
     def state(self) -> Path:
         """Its state directory (allocation records)."""
         return self.process.state
+
+
+def kubelet_registrations(node: LocalNode, reg_socket: Path, endpoint: str) -> int:
+    """How often the kubelet has registered the plugin at `reg_socket`, by its own log:
+    a `RegisterPlugin started` for that registration socket followed by its connection
+    to the plugin's `endpoint`. (A connection alone is not one: after a restart on the
+    same socket paths, the kubelet's gRPC channel reconnects first, and its plugin
+    watcher then unregisters the plugin and registers it again a second later; a pod
+    prepared in between fails and waits for the kubelet's resync, 60-90 s.)"""
+    started = f'RegisterPlugin started" plugin={{"SocketPath":"{reg_socket}"'
+    connected = f'endpoint="{endpoint}" connected=true'
+    try:
+        log = (node.lay.logs / "kubelet.log").read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    count, pending = 0, False
+    for line in log.splitlines():
+        if started in line:
+            pending = True
+        elif pending and connected in line:
+            count, pending = count + 1, False
+    return count
 
 
 def start_driver(

@@ -163,8 +163,13 @@ class DriverProcess:
 
     def get_info(self, timeout: float = 5.0) -> registration_pb2.PluginInfo:
         """GetInfo on its registration socket, as the kubelet's plugin watcher asks."""
-        with grpc.insecure_channel(f"unix://{self.reg_socket}") as ch:
-            info: registration_pb2.PluginInfo = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                registration_pb2.InfoRequest(), timeout=timeout
-            )
-            return info
+        return get_info(self.reg_socket, timeout)
+
+
+def get_info(reg_socket: Path, timeout: float = 5.0) -> registration_pb2.PluginInfo:
+    """GetInfo on a plugin's registration socket, as the kubelet's plugin watcher asks."""
+    with grpc.insecure_channel(f"unix://{reg_socket}") as ch:
+        info: registration_pb2.PluginInfo = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
+            registration_pb2.InfoRequest(), timeout=timeout
+        )
+        return info
