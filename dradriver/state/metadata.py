@@ -127,14 +127,17 @@ def remove_claim(root: Path, claim: ClaimRef, requests: Iterable[str] | None = N
     each; anything else there (or an error) is left to a walk of the whole directory."""
     with contextlib.suppress(DriverError):
         folder = claim_dir(root, claim)
-        names = None if requests is None else {base_request(r) for r in requests}
-        if names is not None and all(naming.is_dns_label(n) for n in names):
+        try:
+            files = None if requests is None else {host_path(root, claim, r) for r in requests}
+        except DriverError:  # a bad request name: the walk finds whatever is there
+            files = None
+        if files is not None:
             try:
-                for request in names:
+                for file in files:
                     with contextlib.suppress(FileNotFoundError):
-                        (folder / request / FILE).unlink()
+                        file.unlink()
                     with contextlib.suppress(FileNotFoundError):
-                        (folder / request).rmdir()
+                        file.parent.rmdir()
                 with contextlib.suppress(FileNotFoundError):
                     folder.rmdir()
                 return
