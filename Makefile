@@ -180,6 +180,7 @@ unit-unprivileged: ## make unit as an unprivileged user (nobody), from a copy of
 	hack/unit-unprivileged.sh
 
 test: ## the full local suite (root): unit, integration, kernel, deploy and fault tests
+	hack/build-k8scheck.sh
 	$(PYTHON) -m pytest tests/unit tests/integration tests/kernel tests/deploy tests/faults
 
 test-faults: ## the fault-injection and fuzzing suite alone (FUZZ_EXAMPLES=n for a longer fuzz)
