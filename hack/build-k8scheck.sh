@@ -6,14 +6,15 @@
 # again). Go's caches default to .cache/go/ (GOCACHE, GOMODCACHE override them).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# What it prints when it builds nothing begins "build-k8scheck: not built" (the deploy
+# tests skip with it).
 if [ -n "${DRA_SKIP_K8S_LIBS:-}" ]; then
-    echo "build-k8scheck: DRA_SKIP_K8S_LIBS is set: not built"
+    echo "build-k8scheck: not built: DRA_SKIP_K8S_LIBS is set"
     exit 0
 fi
-GO="$(command -v go || true)"
-[ -n "$GO" ] || [ ! -x /usr/local/go/bin/go ] || GO=/usr/local/go/bin/go
-if [ -z "$GO" ]; then
-    echo "build-k8scheck: no Go toolchain: not built (the deploy tests that need it skip)"
+GO="$(command -v go || echo /usr/local/go/bin/go)"
+if [ ! -x "$GO" ]; then
+    echo "build-k8scheck: not built: no Go toolchain (the deploy tests that need it skip)"
     exit 0
 fi
 cd "$ROOT/tests/deploy/k8scheck"
