@@ -117,19 +117,11 @@ def _ours(
     node: LocalNode, cluster: NodeCluster, driver: HostDriver, pods: int, i: int
 ) -> dict[str, Any]:
     starts = [_start(driver) for _ in range(STARTS)]
-    time.sleep(IDLE)
-    idle = _rss_mb(driver.process.proc.pid if driver.process.proc else 0)
-    calls = _block(node, cluster, driver.log, pods, f"r{i}", phases=True)
-    time.sleep(IDLE)
-    after = _rss_mb(driver.process.proc.pid if driver.process.proc else 0)
+    proc = driver.process.proc
+    assert proc is not None
+    figures = _figures(node, cluster, starts, proc.pid, driver.log, pods, f"r{i}", phases=True)
     driver.stop()  # stopped between runs, as the next run starts it again
-    return {
-        "startup_s": statistics.median(starts),
-        "starts_s": starts,
-        "rss_idle_mb": idle,
-        "rss_after_block_mb": after,
-        **calls,
-    }
+    return figures
 
 
 def _peer(
@@ -141,17 +133,33 @@ def _peer(
     for _ in range(STARTS):
         peer.stop()
         starts.append(peer.start(POLL))
-    time.sleep(IDLE)
-    idle = _rss_mb(peer.pid)
-    calls = _block(node, cluster, peer.log, pods, f"p{i}")
-    time.sleep(IDLE)
-    after = _rss_mb(peer.pid)
+    figures = _figures(node, cluster, starts, peer.pid, peer.log, pods, f"p{i}")
     peer.stop()
+    return figures
+
+
+def _figures(
+    node: LocalNode,
+    cluster: NodeCluster,
+    starts: list[float],
+    pid: int,
+    log: Callable[[], str],
+    pods: int,
+    tag: str,
+    *,
+    phases: bool = False,
+) -> dict[str, Any]:
+    """A started driver's figures: its starts' median, its RSS idle, a block's calls, its
+    RSS after the block."""
+    time.sleep(IDLE)
+    idle = _rss_mb(pid)
+    calls = _block(node, cluster, log, pods, tag, phases=phases)
+    time.sleep(IDLE)
     return {
         "startup_s": statistics.median(starts),
         "starts_s": starts,
         "rss_idle_mb": idle,
-        "rss_after_block_mb": after,
+        "rss_after_block_mb": _rss_mb(pid),
         **calls,
     }
 
