@@ -18,7 +18,6 @@ from dradriver.apiserver.events import EventRecorder
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.ipamblocks import Blocks
 from dradriver.apiserver.kubeapi import KubeApi
-from dradriver.apiserver.networkstatus import NetworkStatusWriter
 from dradriver.apiserver.publisher import Publisher
 from dradriver.apiserver.status import StatusWriter
 from dradriver.base import log
@@ -34,15 +33,13 @@ from dradriver.claims.prefetch import ClaimPrefetch
 from dradriver.claims.prepare import Preparer
 from dradriver.contract import naming
 from dradriver.contract.config import ConfigSchema
-from dradriver.contract.hookspecs import CDI, NRI, HandlerContext
+from dradriver.contract.hookspecs import NRI, HandlerContext
 from dradriver.contract.registry import HandlerRegistry
 from dradriver.kernel.linkreaper import LinkReaper
 from dradriver.kit import shaping
 from dradriver.kubelet.readiness import ReadyFile
 from dradriver.kubelet.server import KubeletServer
 from dradriver.kubelet.sockets import SerializeLock, socket_paths
-from dradriver.nri import NriPlugin
-from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.selfcheck import (
     Reporter,
     check_allow_lists,
@@ -51,7 +48,6 @@ from dradriver.selfcheck import (
     reporter_for,
 )
 from dradriver.settings import AUTO_BANDWIDTH, Settings
-from dradriver.state.injection import AUTO
 from dradriver.state.ipamstore import IpamStore
 from dradriver.state.records import ClaimRecord
 from dradriver.state.recordstore import RecordStore
@@ -62,9 +58,6 @@ REAPER_DRAIN_SECONDS = 5.0  # shutdown: for the deletion of links unprepares rel
 # How long shutdown waits for the calls in flight beyond their budget: a draining call
 # stops waiting at once and finishes only the claim it is working on.
 DRAIN_SLACK_SECONDS = 10.0
-# How long the NRI plugin may take to be accepted by the runtime at start (it takes
-# milliseconds when NRI is on); auto mode falls back to CDI after it.
-NRI_REGISTRATION_WAIT = 5.0
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), each
 # keeping freed memory: with ~25 threads that was 1.4 MB more resident after the first
 # calls. Two arenas serve a process whose Python code runs one thread at a time anyway.
@@ -216,13 +209,6 @@ def run(settings: Settings) -> int:
         nad_namespaces=settings.nad_namespaces,
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
-    writer = NetworkStatusWriter(api) if settings.cni_network_status else None
-    sandboxes = PodSandboxes(
-        preparer.lifecycle, gate, metrics, status=status, failures=failures, network_status=writer
-    )
-    sandboxes.containers.pods = prefetch.pods  # which claims a pod may name
-    plugin = NriPlugin(settings.nri_socket, sandboxes, index=settings.nri_plugin_index)
-    nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
     log_state(report, unusable, metrics)
 
     publisher = Publisher(
@@ -246,7 +232,15 @@ def run(settings: Settings) -> int:
     start_status(status, records, report.reprepared_claims)
     publisher.start()
     serve_kubelet(server, preparer, prefetch, settings, started)
-    preparer.injection, plugin_needed = choose_injection(settings, plugin, nri_claims)
+    # Only now: the NRI protocol's code (~15 ms of imports) stays off the time to GetInfo,
+    # and prepares wait for the mode (serve_kubelet).
+    from dradriver import injectionmode  # noqa: PLC0415
+
+    plugin = injectionmode.nri_plugin(
+        settings, preparer, gate, metrics, status, failures, prefetch, api
+    )
+    nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
+    preparer.injection, plugin_needed = injectionmode.choose(settings, plugin, nri_claims)
     metrics.set_injection(preparer.injection)
     log_startup("ready", settings, started)
     keep_reporting(
@@ -411,70 +405,6 @@ def log_startup(message: str, settings: Settings, started: float) -> None:
         driver=settings.driver_name,
         startup_seconds=round(time.monotonic() - started, 3),
     )
-
-
-def choose_injection(
-    settings: Settings, plugin: NriPlugin, nri_claims: Sequence[str]
-) -> tuple[str, bool]:
-    """The injection mode for new claims, and whether the NRI plugin runs: `cdi` never
-    starts it (unless claims prepared in NRI mode exist), `nri` starts it and keeps it
-    whatever happens, `auto` keeps it and says NRI if the runtime accepts it in time,
-    else CDI. The mode is logged with the reason."""
-    wanted = settings.injection
-    socket = settings.nri_socket
-    needed, warn = bool(nri_claims), False
-    if wanted == CDI:
-        mode, why = CDI, "--injection cdi"
-    elif wanted == AUTO and not socket.exists():
-        mode, why = CDI, f"auto: no NRI socket at {socket} (NRI is off in the runtime)"
-    else:
-        plugin.start()
-        unreachable = plugin.first_attempt(NRI_REGISTRATION_WAIT)
-        accepted = unreachable is None and plugin.wait_registered(NRI_REGISTRATION_WAIT)
-        if wanted == NRI:
-            mode, needed, warn = NRI, True, not accepted
-            why = "--injection nri" + (
-                ""
-                if accepted
-                else f"; the runtime has not accepted the NRI plugin at {socket} yet: pods "
-                "get no interfaces until it does"
-            )
-        elif accepted:
-            mode, needed = NRI, True
-            why = f"auto: the runtime accepted the NRI plugin at {socket}"
-        elif unreachable is not None:
-            mode, why = CDI, f"auto: nothing accepts connections at {socket} ({unreachable})"
-        else:
-            mode = CDI
-            why = (
-                f"auto: the runtime did not accept the NRI plugin at {socket} within "
-                f"{NRI_REGISTRATION_WAIT:g} s"
-            )
-    if needed and not plugin.started:
-        plugin.start()
-        if not socket.exists():
-            for uid in nri_claims:
-                event(
-                    logger,
-                    logging.ERROR,
-                    "claim prepared in NRI mode, but there is no NRI socket: its pods get no "
-                    "interfaces until the runtime has NRI on",
-                    claim=uid,
-                    socket=str(socket),
-                )
-    elif not needed and plugin.started:
-        plugin.stop()
-    level = logging.WARNING if warn else logging.INFO
-    event(
-        logger,
-        level,
-        "injection mode",
-        mode=mode,
-        reason=why,
-        nri_plugin="running" if needed else "off",
-        nri_claims=len(nri_claims),
-    )
-    return mode, needed
 
 
 def shutdown(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dradriver import daemon, settings
+from dradriver import injectionmode, settings
 from dradriver.base.errors import ConfigError, DriverError
 from dradriver.contract.hookspecs import (
     CDI,
@@ -91,9 +91,9 @@ def _choose(tmp_path, monkeypatch, mode, sock, nri_claims=()):
     """((mode, plugin needed), whether the plugin was left running)."""
     s = settings.Settings(node_name="n", injection=mode, nri_socket=sock)
     plugin = NriPlugin(sock, _Nothing(), backoff_first=0.05, backoff_max=0.1)
-    monkeypatch.setattr(daemon, "NRI_REGISTRATION_WAIT", 1.0)
+    monkeypatch.setattr(injectionmode, "NRI_REGISTRATION_WAIT", 1.0)
     try:
-        chosen = daemon.choose_injection(s, plugin, list(nri_claims))
+        chosen = injectionmode.choose(s, plugin, list(nri_claims))
         return chosen, plugin.started
     finally:
         plugin.stop()
@@ -105,7 +105,7 @@ def _mode_line(caplog) -> logging.LogRecord:
 
 
 def test_auto_is_nri_when_the_runtime_accepts_the_plugin(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="dradriver.daemon")
+    caplog.set_level(logging.INFO, logger="dradriver.injectionmode")
     with fake_runtime() as runtime:
 
         def serve() -> None:
@@ -122,7 +122,7 @@ def test_auto_is_nri_when_the_runtime_accepts_the_plugin(tmp_path, monkeypatch, 
 
 
 def test_auto_falls_back_to_cdi_at_once_without_a_runtime(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="dradriver.daemon")
+    caplog.set_level(logging.INFO, logger="dradriver.injectionmode")
     missing = tmp_path / "nri.sock"
     assert _choose(tmp_path, monkeypatch, "auto", missing) == ((CDI, False), False)
     assert "no NRI socket at" in _mode_line(caplog).reason
@@ -140,7 +140,7 @@ def test_auto_falls_back_to_cdi_when_the_runtime_never_accepts_the_plugin(
 ):
     """A runtime that takes the connection but never configures the plugin (a hung or
     incompatible one): auto waits NRI_REGISTRATION_WAIT, then CDI, and keeps nothing."""
-    caplog.set_level(logging.INFO, logger="dradriver.daemon")
+    caplog.set_level(logging.INFO, logger="dradriver.injectionmode")
     with fake_runtime() as runtime:
         held = []
         t = threading.Thread(target=lambda: held.append(runtime.accept()), daemon=True)
@@ -156,14 +156,14 @@ def test_auto_falls_back_to_cdi_when_the_runtime_never_accepts_the_plugin(
 
 
 def test_nri_stays_nri_without_a_runtime_and_says_so(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="dradriver.daemon")
+    caplog.set_level(logging.INFO, logger="dradriver.injectionmode")
     assert _choose(tmp_path, monkeypatch, "nri", tmp_path / "nri.sock") == ((NRI, True), True)
     line = _mode_line(caplog)
     assert line.levelno == logging.WARNING and "pods get no interfaces until it does" in line.reason
 
 
 def test_cdi_runs_the_plugin_only_for_claims_prepared_in_nri_mode(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="dradriver.daemon")
+    caplog.set_level(logging.INFO, logger="dradriver.injectionmode")
     sock = tmp_path / "nri.sock"
     assert _choose(tmp_path, monkeypatch, "cdi", sock) == ((CDI, False), False)
     assert _choose(tmp_path, monkeypatch, "cdi", sock, [UID]) == ((CDI, True), True)

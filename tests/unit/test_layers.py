@@ -37,7 +37,7 @@ FAMILY_MAY_IMPORT = {
     "dradriver.kernel.netlink",
     "dradriver.kit",
 }
-TOP = {"", "cli", "daemon", "selfcheck", "settings", "__main__"}
+TOP = {"", "cli", "daemon", "injectionmode", "selfcheck", "settings", "__main__"}
 
 
 def _module_name(path: Path) -> str:
@@ -114,7 +114,9 @@ def test_every_folder_is_a_layer():
     folders = {p.name for p in ROOT.joinpath("dradriver").iterdir() if (p / "__init__.py").exists()}
     assert folders == set(MAY_IMPORT) - {"top", "compat"}
     top = {p.stem for p in ROOT.joinpath("dradriver").glob("*.py")}
-    assert top == {"__init__", "__main__", "_compat", "cli", "daemon", "selfcheck", "settings"}
+    assert top == {
+        "__init__", "__main__", "_compat", "cli", "daemon", "injectionmode", "selfcheck", "settings"
+    }  # fmt: skip
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
