@@ -29,8 +29,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from bench.env import QUIET
 from bench.node import (
     DRIVER_METRICS_PORT,
@@ -44,6 +42,7 @@ from bench.node import (
 from bench.peer import PeerDriver, clear_slices, peer_binary
 from localcluster.binaries import REPO_ROOT
 from localcluster.driver import HostDriver, start_driver
+from localcluster.driverproc import until_answering
 from localcluster.node import LocalNode
 from tests.node.cluster import NodeCluster
 from tests.node.scenario import pod, template
@@ -172,17 +171,7 @@ def _start(driver: HostDriver) -> float:
     start = time.perf_counter()
     driver.start(wait=False)
     proc = driver.process
-    while True:
-        if proc.proc is not None and proc.proc.poll() is not None:
-            raise RuntimeError(f"driver exited:\n{driver.log()}")
-        if proc.reg_socket.exists():
-            try:
-                proc.get_info(timeout=POLL)
-                took = time.perf_counter() - start
-                break
-            except grpc.RpcError:
-                pass
-        time.sleep(POLL)
+    took = until_answering(proc.reg_socket, proc.proc, driver.log, POLL, since=start)
     driver.wait_registered(seen + 1)
     return took
 

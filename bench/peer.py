@@ -25,10 +25,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-import grpc
-
 from localcluster.driver import HostDriver, kubelet_registrations
-from localcluster.driverproc import DRIVER, get_info
+from localcluster.driverproc import DRIVER, until_answering
 from localcluster.node import LocalNode
 from tests.support.waiting import wait_for
 
@@ -79,6 +77,7 @@ class PeerDriver:
         self.proc: subprocess.Popen[bytes] | None = None
         self._kubelet = lay.private_dir("/var/lib") / "kubelet"
         self._secrets = lay.private_dir("/run") / SERVICE_ACCOUNT.relative_to("/var/run")
+        self.env: dict[str, str] = {}  # its in-cluster configuration's, from prepare()
 
     def prepare(self) -> None:
         """Its in-cluster configuration and its kubelet directory, in the node."""
@@ -126,17 +125,7 @@ class PeerDriver:
         with self.log_path.open("ab") as log:
             start = time.perf_counter()
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"peer driver exited:\n{self.log()}")
-            if self.reg_socket.exists():
-                try:
-                    get_info(self.reg_socket, timeout=poll)
-                    took = time.perf_counter() - start
-                    break
-                except grpc.RpcError:
-                    pass
-            time.sleep(poll)
+        took = until_answering(self.reg_socket, self.proc, self.log, poll, since=start)
         wait_for(
             "the kubelet to register the peer driver",
             lambda: self.registrations() > seen,

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -126,18 +126,7 @@ class DriverProcess:
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Until its registration socket answers GetInfo; fails if it exits first."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"driver exited with {self.proc.returncode}:\n{self.log()}")
-            if self.reg_socket.exists():
-                try:
-                    self.get_info(timeout=2)
-                    return
-                except grpc.RpcError:
-                    pass
-            time.sleep(0.05)
-        raise AssertionError(f"driver not ready after {timeout}s:\n{self.log()}")
+        until_answering(self.reg_socket, self.proc, self.log, poll=0.05, timeout=timeout)
 
     def log(self) -> str:
         """Everything it logged so far."""
@@ -164,6 +153,32 @@ class DriverProcess:
     def get_info(self, timeout: float = 5.0) -> registration_pb2.PluginInfo:
         """GetInfo on its registration socket, as the kubelet's plugin watcher asks."""
         return get_info(self.reg_socket, timeout)
+
+
+def until_answering(
+    reg_socket: Path,
+    proc: subprocess.Popen[bytes] | None,
+    log: Callable[[], str],
+    poll: float,
+    timeout: float = 30.0,
+    since: float | None = None,
+) -> float:
+    """Seconds since `since` (a `time.perf_counter()` taken before the exec; now if
+    None) until a plugin's registration socket answers GetInfo, asked every `poll`
+    seconds from outside the process, as a plugin watcher finds it; fails if `proc`
+    exits first or after `timeout`."""
+    start = time.perf_counter() if since is None else since
+    while time.perf_counter() - start < timeout:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"driver exited with {proc.returncode}:\n{log()}")
+        if reg_socket.exists():
+            try:
+                get_info(reg_socket, timeout=max(poll, 2.0))
+                return time.perf_counter() - start
+            except grpc.RpcError:
+                pass
+        time.sleep(poll)
+    raise AssertionError(f"driver not answering GetInfo after {timeout}s:\n{log()}")
 
 
 def get_info(reg_socket: Path, timeout: float = 5.0) -> registration_pb2.PluginInfo:
