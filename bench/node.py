@@ -142,6 +142,8 @@ def driver_phases(node: LocalNode) -> dict[str, dict[str, float]]:
             out.setdefault(labels["method"], {})["handler"] = float(m.group(3))
         elif m.group(1) == "dra_driver_injection_mode" and float(m.group(3)) == 1:
             out["injection"] = {labels["mode"]: 1.0}
+        elif m.group(1) == "dra_driver_prepared_ahead_total":
+            out.setdefault("ahead", {})[labels["result"]] = float(m.group(3))
     return out
 
 
@@ -151,7 +153,7 @@ def phases_delta(
     """Mean milliseconds per call of each phase between two scrapes."""
     out: dict[str, Any] = {}
     for method, now in after.items():
-        if method == "injection":
+        if method in ("injection", "ahead"):
             continue
         was = before.get(method, {})
         calls = now.get("calls", 0) - was.get("calls", 0)
