@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from dradriver import injectionmode
 from dradriver.apiserver.events import EventRecorder
 from dradriver.apiserver.inventory import Inventory
 from dradriver.apiserver.ipamblocks import Blocks
@@ -209,6 +210,10 @@ def run(settings: Settings) -> int:
         nad_namespaces=settings.nad_namespaces,
     )
     loaded, unusable, report = start_up(settings, preparer, lock, prefetch, metrics)
+    plugin = injectionmode.nri_plugin(
+        settings, preparer, gate, metrics, status, failures, prefetch, api
+    )
+    nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
     log_state(report, unusable, metrics)
 
     publisher = Publisher(
@@ -232,14 +237,6 @@ def run(settings: Settings) -> int:
     start_status(status, records, report.reprepared_claims)
     publisher.start()
     serve_kubelet(server, preparer, prefetch, settings, started)
-    # Only now: the NRI protocol's code (~15 ms of imports) stays off the time to GetInfo,
-    # and prepares wait for the mode (serve_kubelet).
-    from dradriver import injectionmode  # noqa: PLC0415
-
-    plugin = injectionmode.nri_plugin(
-        settings, preparer, gate, metrics, status, failures, prefetch, api
-    )
-    nri_claims = [r.claim.uid for r in loaded if r.injection == NRI]
     preparer.injection, plugin_needed = injectionmode.choose(settings, plugin, nri_claims)
     metrics.set_injection(preparer.injection)
     log_startup("ready", settings, started)

@@ -1,6 +1,5 @@
-"""The injection mode a started driver takes for new claims, and the NRI plugin it may
-need. The daemon imports this module once it serves the kubelet, so the NRI protocol's
-code (~15 ms of imports) is not loaded before the registration socket answers."""
+"""The injection mode a started driver takes for new claims (CDI or NRI), and the NRI
+plugin that mode may need."""
 
 from __future__ import annotations
 

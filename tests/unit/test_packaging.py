@@ -81,7 +81,7 @@ def test_the_running_driver_loads_none_of_the_libraries_it_dropped():
     points (not importlib.metadata), its metrics rendered, and a real netlink request."""
     code = (
         "import sys\n"
-        "import dradriver.cli, dradriver.daemon, dradriver.injectionmode\n"
+        "import dradriver.cli, dradriver.daemon\n"
         "from dradriver.contract.registry import HandlerRegistry\n"
         "assert len(HandlerRegistry().kinds()) > 1\n"
         "dradriver.daemon.serve_metrics(None).registry.render()\n"
@@ -98,22 +98,6 @@ def test_the_running_driver_loads_none_of_the_libraries_it_dropped():
     runtime = {dep.split(">")[0].split("=")[0] for dep in PYPROJECT["project"]["dependencies"]}
     assert not runtime & {name.replace("_", "-") for name in DROPPED} - {"grpc"}
     assert "grpcio" not in runtime
-
-
-def test_the_daemon_loads_the_nri_protocol_only_once_it_serves():
-    """What `run` imports before the registration socket answers holds no NRI code: the
-    daemon imports it after serving the kubelet (dradriver/injectionmode.py)."""
-    code = (
-        "import sys\n"
-        "import dradriver.cli, dradriver.daemon\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('dradriver.nri', "
-        "'dradriver.injectionmode'))))\n"
-        "import dradriver.injectionmode\n"
-        "print('dradriver.nri' in sys.modules)\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.split("\n")[:2] == ["[]", "True"]
 
 
 def test_the_running_driver_loads_yaml_only_for_a_yaml_kubeconfig(tmp_path):
