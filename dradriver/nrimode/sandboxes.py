@@ -286,9 +286,11 @@ class PodSandboxes:
                     raise DriverError(f"request {request}: {exc}") from exc
                 record.placement[key] = placement(IN, pod.id, pod.netns, pod.uid, now)
         except DriverError as exc:
-            self.records.save(record)
+            self.records.save(record, durable=bool(made))
             raise DriverError(f"{_claim(record)}: {exc}") from exc
-        self.records.save(record)
+        # Where a device is does not outlive the machine (after a reboot the claim is
+        # prepared anew): only what a CNI network attached must survive it.
+        self.records.save(record, durable=bool(made))
         if made:  # what the pod got is known only now
             self.lifecycle.restore_metadata(record, changed=True)
             if self.status is not None:
@@ -331,7 +333,7 @@ class PodSandboxes:
             for key in keys:
                 record.placement[key] = {**record.placement[key], "state": SPENT}
             if keys:
-                self.records.save(record)
+                self.records.save(record, durable=False)  # placement only
         if failures:
             raise DriverError("; ".join(failures))
 
@@ -357,7 +359,7 @@ class PodSandboxes:
             for key in keys:
                 record.placement[key] = {**record.placement[key], "state": SPENT}
             if keys:
-                self.records.save(record)
+                self.records.save(record, durable=False)  # placement only
         if failures:
             raise DriverError("; ".join(failures))
 

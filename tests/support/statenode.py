@@ -4,6 +4,7 @@ files in a temporary directory, and Preparers wired as `dra-driver run` wires th
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -194,6 +195,19 @@ def _counted(steps: Steps, what: str, fn: Callable[..., Any]) -> Callable[..., A
         return fn(path, *args, **kwargs)
 
     return wrapped
+
+
+def fsynced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the files and directories os.fsync flushes from now on, in order."""
+    paths: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return paths
 
 
 # -- the claims ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from dradriver.nrimode.sandboxes import PodSandboxes
 from dradriver.state import metadata
 from dradriver.state.moves import IN, SPENT
 from tests.support import fakecni
-from tests.support.statenode import POD, UID, Node, claim_object
+from tests.support.statenode import POD, UID, Node, claim_object, fsynced
 
 REF = ClaimRef("default", "c", UID)
 NETNS = "/run/netns/cni-one"
@@ -121,6 +121,20 @@ def test_a_sandbox_gets_the_network_and_its_end_deletes_it(node, cni):
     # The kubelet unprepares while the sandbox is still there: the network goes first.
     assert preparer.unprepare([REF])[UID].error is None
     assert _made(cni) == [] and node.files() == []
+
+
+def test_what_a_network_attached_and_its_deletion_are_fsynced(node, cni, monkeypatch):
+    # A plugin's state outlives a reboot (an IPAM lease): only its DEL releases it.
+    _add(node, {"config": _network(cni / "made")})
+    preparer = _preparer(node, cni)
+    assert preparer.prepare([REF])[UID].error is None
+    node.kernel.add_namespace(NETNS)
+    flushed = fsynced(monkeypatch)
+    _sandboxes(preparer).run_pod_sandbox(_pod())
+    assert str(node.state_dir) in flushed
+    flushed.clear()
+    _teardown(node, _sandboxes(preparer), _pod())
+    assert _made(cni) == [] and str(node.state_dir) in flushed
 
 
 def test_a_plugin_failing_mid_chain_fails_the_sandbox_naming_it_and_leaves_nothing(node, cni):

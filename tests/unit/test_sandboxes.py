@@ -33,7 +33,7 @@ from tests.support import nriruntime as stand_in
 from tests.support.fakeapi import allocated_claim, opaque
 from tests.support.fakekernel import FakeLink
 from tests.support.statenode import KINDS as PLAIN_KINDS
-from tests.support.statenode import POD, UID, Node, claim_object
+from tests.support.statenode import POD, UID, Node, claim_object, fsynced
 
 NETNS = "/run/netns/cni-one"
 NETNS2 = "/run/netns/cni-two"
@@ -356,6 +356,23 @@ def test_run_moves_configures_and_a_repeat_or_another_instance_changes_nothing(n
     _teardown(node, sandboxes, _pod())
     assert preparer.unprepare([REF])[UID].error is None
     assert node.links() == before and node.files() == []
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_where_a_device_is_is_never_fsynced_its_release_at_unprepare_is(node, kind, monkeypatch):
+    # After a reboot every claim is prepared again and no device is in a sandbox.
+    _add_claim(node, kind)
+    preparer = _preparer(node)
+    _prepare(preparer)
+    node.kernel.add_namespace(NETNS)
+    flushed = fsynced(monkeypatch)
+    sandboxes = _sandboxes(preparer)
+    sandboxes.run_pod_sandbox(_pod())
+    _teardown(node, sandboxes, _pod())
+    assert _record(node).placement[next(iter(_record(node).moves))]["state"] == SPENT
+    assert flushed == []
+    assert preparer.unprepare([REF])[UID].error is None
+    assert flushed == [str(node.state_dir)]  # the record's removal, and only that
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
