@@ -267,6 +267,8 @@ class PodSandboxes:
             if self.status is not None:
                 self.status.submit(record)
             todo = keys
+        # Only what a CNI network attached is fsynced: where a device is does not outlive
+        # the machine (after a reboot the claim is prepared anew).
         made = [k for k in todo if k in record.attached]
         now = time.time()  # a Synchronize snapshot older than this cannot know the sandbox
         try:
@@ -288,8 +290,6 @@ class PodSandboxes:
         except DriverError as exc:
             self.records.save(record, durable=bool(made))
             raise DriverError(f"{_claim(record)}: {exc}") from exc
-        # Where a device is does not outlive the machine (after a reboot the claim is
-        # prepared anew): only what a CNI network attached must survive it.
         self.records.save(record, durable=bool(made))
         if made:  # what the pod got is known only now
             self.lifecycle.restore_metadata(record, changed=True)
@@ -330,12 +330,17 @@ class PodSandboxes:
                     record.placement[key] = placement(LEAVING, pod.id, pod.netns, pod.uid)
                 self.records.save(record, durable=False)
                 failures += self._give_back(record, back, pod.netns)
-            for key in keys:
-                record.placement[key] = {**record.placement[key], "state": SPENT}
-            if keys:
-                self.records.save(record, durable=False)  # placement only
+            self._spend(record, keys)
         if failures:
             raise DriverError("; ".join(failures))
+
+    def _spend(self, record: ClaimRecord, keys: list[str]) -> None:
+        """Mark the devices `keys` spent in their sandbox and save the record if any were
+        (not fsynced: where a device is does not outlive the machine)."""
+        for key in keys:
+            record.placement[key] = {**record.placement[key], "state": SPENT}
+        if keys:
+            self.records.save(record, durable=False)
 
     def _give_back(self, record: ClaimRecord, keys: list[str], netns: str) -> list[str]:
         """Move the devices' physical interfaces home and restore them; the failures."""
@@ -356,10 +361,7 @@ class PodSandboxes:
         for record in records:
             failures += self._detach(record, pod.id)
             keys = [k for k in placed_in(record.placement, pod.id) if k not in record.attached]
-            for key in keys:
-                record.placement[key] = {**record.placement[key], "state": SPENT}
-            if keys:
-                self.records.save(record, durable=False)  # placement only
+            self._spend(record, keys)
         if failures:
             raise DriverError("; ".join(failures))
 
